@@ -1,0 +1,54 @@
+"""The `bridge` command. Each subcommand is one module in bridge/commands/ with
+NAME, HELP, add_arguments(parser) and run(args) -> exit code.
+
+Exit codes: 0 success, 1 a check failed, 2 usage error (bad arguments or files).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import pkgutil
+import sys
+
+from bridge import commands
+
+
+class UsageError(Exception):
+    """A bad argument or file: printed without a traceback, exit code 2."""
+
+
+def _command_modules():
+    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
+        if not info.name.startswith("_"):
+            yield importlib.import_module(f"{commands.__name__}.{info.name}")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="bridge", description=(
+        "Take models with fused TensorFlow custom ops to ONNX, onnxruntime, TFLite and Ascend, "
+        "and prove every runtime computes the same thing."))
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for mod in _command_modules():
+        sp = sub.add_parser(mod.NAME, help=mod.HELP, description=getattr(mod, "DESCRIPTION", mod.HELP))
+        mod.add_arguments(sp)
+        sp.set_defaults(_run=mod.run)
+    return p
+
+
+def main(argv=None) -> int:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    args = parser().parse_args(argv)
+    try:
+        return int(args._run(args) or 0)
+    except UsageError as e:
+        print(f"bridge {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

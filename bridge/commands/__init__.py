@@ -1,0 +1,1 @@
+"""One module per `bridge` subcommand (see bridge/cli.py)."""

@@ -1,0 +1,38 @@
+"""`bridge build`: build the native libraries ahead of time."""
+from __future__ import annotations
+
+import sys
+
+NAME = "build"
+HELP = "build the native libraries (TensorFlow ops, onnxruntime kernels) into the cache"
+TARGETS = ("tf_ops", "ort")
+
+
+def add_arguments(p):
+    p.add_argument("targets", nargs="*", metavar="TARGET",
+                   help=f"what to build: {', '.join(TARGETS)} (default: all)")
+    p.add_argument("--force", action="store_true", help="rebuild even when the cache has the library")
+    p.add_argument("--portable", action="store_true",
+                   help="build without -march=native, for other x86-64 machines")
+    p.add_argument("--cuda", action="store_true", help="also build the TensorFlow GPU kernels (needs nvcc)")
+
+
+def run(args) -> int:
+    from bridge import native
+    from bridge.cli import UsageError
+    targets = args.targets or list(TARGETS)
+    unknown = [t for t in targets if t not in TARGETS]
+    if unknown:
+        raise UsageError(f"unknown target {unknown[0]!r}; choose from {', '.join(TARGETS)}")
+    portable = True if args.portable else None
+    try:
+        for target in targets:
+            if target == "tf_ops":
+                b = native.tf_ops_build(cuda=args.cuda, portable=portable)
+            else:
+                b = native.ort_build(portable=portable)
+            print(f"{target}: {b.library(force=args.force)}")
+    except native.BuildError as e:
+        print(f"bridge build: {e}", file=sys.stderr)
+        return 1
+    return 0

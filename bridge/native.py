@@ -1,0 +1,243 @@
+"""Builds the project's native libraries with CMake, once per configuration.
+
+A build is cached under `$BRIDGE_CACHE` (default `~/.cache/bridge`) in a folder
+named by the library, the framework version it binds to, and a hash of
+everything that changes the binary: sources, CMake options, compiler, and the
+CPU's instruction set unless the build is portable. A second process that asks
+for the same build waits on a lock instead of building twice; a build is done
+in a temporary folder and renamed into place, so a half-built library is never
+picked up.
+
+`BRIDGE_PORTABLE=1` (or `bridge build --portable`) builds without
+`-march=native`, for a library that must run on other x86-64 machines.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, Iterable, Optional
+
+
+class BuildError(RuntimeError):
+    """A native build failed; the message names the cause and the fix."""
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("BRIDGE_CACHE") or Path.home() / ".cache" / "bridge")
+
+
+def portable_default() -> bool:
+    return os.environ.get("BRIDGE_PORTABLE", "") not in ("", "0", "false", "no")
+
+
+def _tool(module: str, attr: str, exe: str) -> Optional[str]:
+    """A build tool from its PyPI package (a dependency) or else from PATH."""
+    try:
+        mod = __import__(module)
+        path = Path(getattr(mod, attr)) / exe
+        if path.exists():
+            return str(path)
+    except Exception:
+        pass
+    return shutil.which(exe)
+
+
+def cmake_exe() -> str:
+    exe = _tool("cmake", "CMAKE_BIN_DIR", "cmake")
+    if not exe:
+        raise BuildError("CMake not found. Fix: pip install cmake (or apt-get install cmake)")
+    return exe
+
+
+def ninja_exe() -> Optional[str]:
+    return _tool("ninja", "BIN_DIR", "ninja")
+
+
+def cxx_compiler() -> str:
+    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
+    if not cxx:
+        raise BuildError("no C++ compiler found (g++, c++ or clang++). Fix: apt-get install g++ "
+                         "(or set CXX to a C++17 compiler)")
+    return cxx
+
+
+def _compiler_id(cxx: str) -> str:
+    try:
+        return subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=30).stdout.splitlines()[0]
+    except Exception as e:  # pragma: no cover - reported by the build itself
+        return f"{cxx} ({e})"
+
+
+def cpu_id() -> str:
+    """What -march=native depends on: the CPU's model and feature flags."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+        model = next((l.split(":", 1)[1].strip() for l in text.splitlines() if l.startswith("model name")), "")
+        flags = next((l.split(":", 1)[1].strip() for l in text.splitlines() if l.startswith("flags")), "")
+        return model + "|" + hashlib.sha1(flags.encode()).hexdigest()[:12]
+    except OSError:
+        return platform.machine()
+
+
+@dataclass
+class Build:
+    """One CMake project to build into the cache."""
+
+    name: str                      # e.g. "tf_ops"
+    source_dir: Path               # the folder with CMakeLists.txt
+    binds_to: str                  # e.g. "tf2.21.0": the framework version, in the folder name
+    target_file: str               # the library file the build produces, e.g. libbridge_tf_ops.so
+    options: Dict[str, str] = field(default_factory=dict)  # -D options for CMake
+    portable: bool = field(default_factory=portable_default)
+    extra_sources: Iterable[Path] = ()  # files outside source_dir that the build reads
+    describe: str = ""             # what the one-line message says is being built
+
+    def _sources(self):
+        files = sorted(p for p in Path(self.source_dir).rglob("*")
+                       if p.is_file() and p.suffix in (".cc", ".h", ".cu", ".txt", ".cmake", ".hpp", ".cpp"))
+        return files + [Path(p) for p in self.extra_sources]
+
+    def key(self) -> str:
+        h = hashlib.sha256()
+        for p in self._sources():
+            h.update(str(p.relative_to(self.source_dir) if p.is_relative_to(self.source_dir) else p.name).encode())
+            h.update(p.read_bytes())
+        h.update(json.dumps(sorted(self.options.items())).encode())
+        h.update(_compiler_id(cxx_compiler()).encode())
+        h.update(b"portable" if self.portable else cpu_id().encode())
+        h.update(sys.version.encode())
+        return h.hexdigest()[:16]
+
+    def folder(self) -> Path:
+        mode = "portable" if self.portable else "native"
+        return cache_root() / f"{self.name}-{self.binds_to}-{mode}-{self.key()}"
+
+    def library(self, force: bool = False, quiet: bool = False) -> Path:
+        """The built library, building it first when the cache has none."""
+        final = self.folder()
+        lib = final / self.target_file
+        if lib.exists() and not force:
+            return lib
+        final.parent.mkdir(parents=True, exist_ok=True)
+        with open(str(final) + ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if lib.exists() and not force:
+                return lib  # another process built it while we waited
+            self._build(final, quiet)
+        return lib
+
+    def _build(self, final: Path, quiet: bool) -> None:
+        cmake = cmake_exe()
+        cxx = cxx_compiler()
+        what = self.describe or self.name
+        if not quiet:
+            print(f"bridge: building {what} ({'portable' if self.portable else 'for this CPU'}) "
+                  f"into {final} ...", file=sys.stderr, flush=True)
+        t0 = time.time()
+        work = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+        try:
+            gen = ["-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja_exe()}"] if ninja_exe() else []
+            opts = {"CMAKE_BUILD_TYPE": "Release", "CMAKE_CXX_COMPILER": cxx,
+                    "BRIDGE_PORTABLE": "ON" if self.portable else "OFF", **self.options}
+            configure = [cmake, "-S", str(self.source_dir), "-B", str(work / "build"), *gen,
+                         *[f"-D{k}={v}" for k, v in opts.items()]]
+            jobs = str(max(1, min(os.cpu_count() or 1, 8)))
+            steps = [configure, [cmake, "--build", str(work / "build"), "--parallel", jobs]]
+            log = work / "build.log"
+            with open(log, "w") as out:
+                for cmd in steps:
+                    out.write("$ " + " ".join(cmd) + "\n")
+                    out.flush()
+                    rc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT).returncode
+                    if rc:
+                        break
+            built = next((p for p in (work / "build").rglob(self.target_file)), None)
+            if rc or built is None:
+                tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:])
+                raise BuildError(
+                    f"building {what} failed (exit {rc}); the last lines of {final}.log:\n{tail}\n"
+                    f"Fix the cause above, then run: bridge build {self.name} --force")
+            staged = work / "out"
+            staged.mkdir()
+            shutil.copy2(built, staged / self.target_file)
+            (staged / "build-info.json").write_text(json.dumps(
+                {"name": self.name, "binds_to": self.binds_to, "portable": self.portable,
+                 "options": self.options, "compiler": _compiler_id(cxx), "seconds": round(time.time() - t0, 1)},
+                indent=1))
+            shutil.copy2(log, staged / "build.log")
+            if final.exists():
+                shutil.rmtree(final)
+            os.replace(staged, final)
+        except BuildError:
+            shutil.copy2(work / "build.log", str(final) + ".log") if (work / "build.log").exists() else None
+            raise
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        if not quiet:
+            print(f"bridge: built {what} in {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
+
+
+def read_build_info(library: Path) -> dict:
+    try:
+        return json.loads((Path(library).parent / "build-info.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+# -- the project's two libraries ----------------------------------------------
+# The recipes live here, not in their packages, so that `bridge build --force`
+# can rebuild without first importing (and so loading) the library it replaces.
+
+def _package_dir(package: str) -> Path:
+    import importlib.util
+    spec = importlib.util.find_spec(package)
+    return Path(list(spec.submodule_search_locations)[0]).resolve()
+
+
+def tf_ops_build(cuda: bool = False, portable: Optional[bool] = None) -> Build:
+    """The TensorFlow op library, bound to the installed TensorFlow."""
+    import tensorflow as tf
+    options = {
+        "TF_COMPILE_FLAGS": ";".join(tf.sysconfig.get_compile_flags()),
+        "TF_LINK_FLAGS": ";".join(tf.sysconfig.get_link_flags()),
+        "TF_LIB_DIR": tf.sysconfig.get_lib(),
+        "BRIDGE_CUDA": "ON" if cuda else "OFF",
+    }
+    dnnl = onednn_root()
+    if dnnl:
+        options["BRIDGE_DNNL_ROOT"] = str(dnnl)
+    b = Build(name="tf_ops", source_dir=_package_dir("bridge.tf_ops"), binds_to=f"tf{tf.__version__}",
+              target_file="libbridge_tf_ops.so", options=options,
+              describe=f"the TensorFlow ops for TensorFlow {tf.__version__}")
+    if portable is not None:
+        b.portable = portable
+    return b
+
+
+def onednn_root() -> Optional[Path]:
+    """A oneDNN install the convolution kernels can use, or None (Eigen then).
+    `BRIDGE_DNNL_ROOT` names one; `BRIDGE_DNNL_ROOT=` (empty) turns it off."""
+    env = os.environ.get("BRIDGE_DNNL_ROOT")
+    if env is not None:
+        return Path(env) if env else None
+    for root in (Path(sys.prefix), Path("/usr")):
+        if (root / "include" / "oneapi" / "dnnl" / "dnnl.hpp").exists() and \
+                any(root.glob("lib*/**/libdnnl.so*")):
+            return root
+    return None
+
+
+def ort_build(portable: Optional[bool] = None) -> Build:
+    """The onnxruntime custom-op library (onnx_plugins/native), built against
+    onnxruntime headers fetched at build time."""
+    raise BuildError("the onnxruntime kernels are not written yet")

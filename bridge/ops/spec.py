@@ -1,0 +1,220 @@
+"""The shape of an op contract: what every backend reads about an op.
+
+An `OpSpec` names the op's tensors and attributes (with types and defaults), the
+dtypes it accepts, its numpy float64 reference, its shape function and its
+tolerances. Nothing here imports anything heavier than numpy, so every layer
+(TensorFlow, ONNX, onnxruntime, TFLite, Ascend) can read it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Sequence, Tuple
+
+import numpy as np
+
+DOMAIN = "com.bridge"
+DOMAIN_VERSION = 1
+
+
+class _Required:
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+
+REQUIRED: Any = _Required()
+
+Shape = Optional[Tuple[Optional[int], ...]]  # None: unknown rank; a None dim: unknown size
+
+
+class OpError(ValueError):
+    """Bad input to an op: the message names the op, the argument and the shapes."""
+
+    def __init__(self, op: str, arg: str, message: str):
+        self.op, self.arg = op, arg
+        super().__init__(f"{op}: argument '{arg}': {message}")
+
+
+@dataclass(frozen=True)
+class Attr:
+    """One attribute. `type` uses TensorFlow's attr spelling: float, int, string,
+    list(int), list(float)."""
+
+    name: str
+    type: str
+    default: Any = REQUIRED
+    allowed: Tuple[str, ...] = ()
+    doc: str = ""
+
+    @property
+    def required(self) -> bool:
+        return self.default is REQUIRED
+
+    @property
+    def is_list(self) -> bool:
+        return self.type.startswith("list(")
+
+    @property
+    def element_type(self) -> str:
+        return self.type[5:-1] if self.is_list else self.type
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One tensor input or output; every tensor of an op has the type attr `T`."""
+
+    name: str
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """max |got - ref| <= atol * max(1, |ref|), element by element (ops.md)."""
+
+    atol: float
+
+    def excess(self, got: np.ndarray, ref: np.ndarray) -> float:
+        """Largest ratio error / allowed; <= 1 passes. NaN or Inf never passes."""
+        got = np.asarray(got, dtype=np.float64)
+        ref = np.asarray(ref, dtype=np.float64)
+        if got.shape != ref.shape:
+            raise AssertionError(f"shape {got.shape} != reference shape {ref.shape}")
+        if got.size == 0:
+            return 0.0
+        if not np.all(np.isfinite(got)):
+            return float("inf")
+        allowed = self.atol * np.maximum(1.0, np.abs(ref))
+        return float(np.max(np.abs(got - ref) / allowed))
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    name: str                      # op type, the same in every backend
+    module: str                    # file name of this op in every layer
+    doc: str
+    inputs: Tuple[Arg, ...]
+    outputs: Tuple[Arg, ...]
+    attrs: Tuple[Attr, ...]        # TensorFlow attributes (besides T)
+    onnx_attrs: Tuple[Attr, ...]   # attributes of the com.bridge ONNX node
+    dtypes: Tuple[str, ...]        # numpy names of the allowed T, first is the default
+    tolerance: dict                # dtype name -> Tolerance
+    _reference: Callable[..., Any] = field(repr=False)
+    _infer: Callable[..., Tuple[Shape, ...]] = field(repr=False)
+    _to_onnx: Callable[..., dict] = field(repr=False)
+    _from_onnx: Callable[..., dict] = field(repr=False)
+    domain: str = DOMAIN
+    domain_version: int = DOMAIN_VERSION
+
+    # -- attributes --------------------------------------------------------
+    def attr(self, name: str) -> Attr:
+        for a in self.attrs:
+            if a.name == name:
+                return a
+        raise KeyError(f"{self.name} has no attribute {name!r}")
+
+    def onnx_attr(self, name: str) -> Attr:
+        for a in self.onnx_attrs:
+            if a.name == name:
+                return a
+        raise KeyError(f"{self.name} has no ONNX attribute {name!r}")
+
+    def defaults(self) -> dict:
+        return {a.name: a.default for a in self.attrs if not a.required}
+
+    def resolve(self, attrs: dict) -> dict:
+        """Fills in defaults, normalises lists to tuples and rejects unknown,
+        missing or malformed attributes (OpError)."""
+        return _resolve(self.name, self.attrs, attrs)
+
+    def resolve_onnx(self, attrs: dict) -> dict:
+        return _resolve(self.name, self.onnx_attrs, attrs)
+
+    # -- the contract ------------------------------------------------------
+    def infer_shapes(self, input_shapes: Sequence[Shape], **attrs) -> Tuple[Shape, ...]:
+        """Output shapes from input shapes (None dims and None ranks allowed);
+        raises OpError on every mismatch ops.md lists."""
+        attrs = self.resolve(attrs)
+        if len(input_shapes) != len(self.inputs):
+            raise OpError(self.name, "inputs", f"expected {len(self.inputs)} inputs, got {len(input_shapes)}")
+        shapes = tuple(None if s is None else tuple(None if d is None or d < 0 else int(d) for d in s)
+                       for s in input_shapes)
+        return tuple(self._infer(*shapes, **attrs))
+
+    def reference(self, *inputs, **attrs):
+        """The numpy float64 reference: the judge every backend is tested against.
+        Returns one array for a single-output op, else a tuple."""
+        attrs = self.resolve(attrs)
+        arrays = [np.asarray(x, dtype=np.float64) for x in inputs]
+        self.infer_shapes([a.shape for a in arrays], **attrs)
+        out = self._reference(*arrays, **attrs)
+        return out
+
+    def to_onnx_attrs(self, input_shapes: Sequence[Shape], **attrs) -> dict:
+        """TF attributes -> the com.bridge node's attributes (e.g. SAME -> pads)."""
+        attrs = self.resolve(attrs)
+        self.infer_shapes(input_shapes, **attrs)
+        return self.resolve_onnx(self._to_onnx(input_shapes, **attrs))
+
+    def from_onnx_attrs(self, **onnx_attrs) -> dict:
+        """The com.bridge node's attributes -> equivalent TF attributes."""
+        return self.resolve(self._from_onnx(**self.resolve_onnx(onnx_attrs)))
+
+    def reference_onnx(self, *inputs, **onnx_attrs):
+        return self.reference(*inputs, **self.from_onnx_attrs(**onnx_attrs))
+
+    def check_dtype(self, dtype) -> str:
+        name = np.dtype(dtype).name if not isinstance(dtype, str) else dtype
+        if name not in self.dtypes:
+            raise OpError(self.name, "T", f"dtype {name} is not one of {list(self.dtypes)}")
+        return name
+
+
+def _resolve(op: str, specs: Tuple[Attr, ...], attrs: dict) -> dict:
+    known = {a.name: a for a in specs}
+    unknown = sorted(set(attrs) - set(known))
+    if unknown:
+        raise OpError(op, unknown[0], f"unknown attribute; known: {sorted(known)}")
+    out = {}
+    for a in specs:
+        if a.name in attrs and attrs[a.name] is not None:
+            value = attrs[a.name]
+        elif a.required:
+            raise OpError(op, a.name, "required attribute is missing")
+        else:
+            value = a.default
+        out[a.name] = _coerce(op, a, value)
+    return out
+
+
+def _coerce(op: str, a: Attr, value):
+    try:
+        if a.is_list:
+            if isinstance(value, (str, bytes)):
+                raise TypeError
+            cast = float if a.element_type == "float" else int
+            items = tuple(value)
+            if cast is int and any(float(v) != int(v) for v in items):
+                raise TypeError
+            return tuple(cast(v) for v in items)
+        if a.type == "float":
+            return float(value)
+        if a.type == "int":
+            if isinstance(value, bool) or float(value) != int(value):
+                raise TypeError
+            return int(value)
+        if a.type == "string":
+            value = value.decode() if isinstance(value, bytes) else str(value)
+            if a.allowed and value not in a.allowed:
+                raise OpError(op, a.name, f"{value!r} is not one of {list(a.allowed)}")
+            return value
+    except OpError:
+        raise
+    except (TypeError, ValueError):
+        pass
+    raise OpError(op, a.name, f"expected {a.type}, got {value!r}")
+
+
+def dims(shape: Shape) -> str:
+    """A shape as users read it: [1,?,7] or <unknown rank>."""
+    if shape is None:
+        return "<unknown rank>"
+    return "[" + ",".join("?" if d is None else str(d) for d in shape) + "]"

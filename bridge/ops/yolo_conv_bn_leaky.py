@@ -1,0 +1,173 @@
+"""YoloConvBnLeaky: conv2d with inference BatchNorm folded in, then LeakyReLU (ops.md).
+
+Layout NHWC, filter HWIO, padding exactly as tf.nn.conv2d.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .spec import Arg, Attr, OpError, OpSpec, Tolerance, dims
+
+NAME = "YoloConvBnLeaky"
+PARAMS = ("conv_bias", "bn_gamma", "bn_beta", "bn_mean", "bn_variance")
+
+
+def _check_nhwc4(arg, values):
+    if len(values) != 4:
+        raise OpError(NAME, arg, f"needs 4 values [1,{arg[0]}h,{arg[0]}w,1], got {list(values)}")
+    if values[0] != 1 or values[3] != 1:
+        raise OpError(NAME, arg, f"must be 1 at N and C ([1,h,w,1]), got {list(values)}")
+    if values[1] < 1 or values[2] < 1:
+        raise OpError(NAME, arg, f"must be positive, got {list(values)}")
+
+
+def check_attrs(strides, padding, explicit_paddings, dilations):
+    _check_nhwc4("strides", strides)
+    _check_nhwc4("dilations", dilations)
+    if padding == "EXPLICIT":
+        if len(explicit_paddings) != 8:
+            raise OpError(NAME, "explicit_paddings",
+                          f"EXPLICIT padding needs 8 values [0,0,top,bottom,left,right,0,0], got {list(explicit_paddings)}")
+        if any(explicit_paddings[i] != 0 for i in (0, 1, 6, 7)):
+            raise OpError(NAME, "explicit_paddings", f"must be 0 at N and C, got {list(explicit_paddings)}")
+        if any(p < 0 for p in explicit_paddings):
+            raise OpError(NAME, "explicit_paddings", f"must be non-negative, got {list(explicit_paddings)}")
+    elif explicit_paddings:
+        raise OpError(NAME, "explicit_paddings", f"must be empty unless padding is EXPLICIT, got {list(explicit_paddings)}")
+
+
+def output_size(size, k, stride, dilation, padding, before=0, after=0):
+    """(out, pad_before, pad_after) along one axis, as TensorFlow computes it.
+    Returns (None, None, None) for an unknown size."""
+    if size is None or k is None:
+        return None, None, None
+    eff = (k - 1) * dilation + 1
+    if padding == "SAME":
+        out = -(-size // stride)
+        total = max((out - 1) * stride + eff - size, 0)
+        return out, total // 2, total - total // 2  # the odd pixel at the end
+    if padding == "VALID":
+        before = after = 0
+    num = size + before + after - eff + stride
+    if num < 0:
+        raise ValueError(f"computed output size would be negative: input {size} + padding {before}+{after}, "
+                         f"effective filter {eff}, stride {stride}")
+    return num // stride, before, after
+
+
+def resolve_pads(x_shape, filter_shape, strides, padding, explicit_paddings, dilations):
+    """[top, left, bottom, right] and the output (OH, OW); None where unknown."""
+    pads, out = [None] * 4, [None, None]
+    for axis in (0, 1):
+        size = None if x_shape is None else x_shape[1 + axis]
+        k = None if filter_shape is None else filter_shape[axis]
+        before = after = 0
+        if padding == "EXPLICIT":
+            before, after = explicit_paddings[2 + 2 * axis], explicit_paddings[3 + 2 * axis]
+        try:
+            o, b, a = output_size(size, k, strides[1 + axis], dilations[1 + axis], padding, before, after)
+        except ValueError as e:
+            raise OpError(NAME, "x", f"{'HW'[axis]} axis of x {dims(x_shape)} with filter {dims(filter_shape)}: {e}")
+        if padding != "SAME":
+            b, a = before if padding == "EXPLICIT" else 0, after if padding == "EXPLICIT" else 0
+        out[axis], pads[axis], pads[2 + axis] = o, b, a
+    return pads, out
+
+
+def _infer(x, filt, *params, strides, padding, explicit_paddings, dilations, epsilon, alpha):
+    check_attrs(strides, padding, explicit_paddings, dilations)
+    if x is not None and len(x) != 4:
+        raise OpError(NAME, "x", f"must have rank 4 [N,H,W,Cin], got {dims(x)}")
+    if filt is not None and len(filt) != 4:
+        raise OpError(NAME, "filter", f"must have rank 4 [KH,KW,Cin,Cout], got {dims(filt)}")
+    if x is not None and filt is not None and None not in (x[3], filt[2]) and x[3] != filt[2]:
+        raise OpError(NAME, "filter", f"Cin mismatch: x {dims(x)} has Cin={x[3]}, filter {dims(filt)} has Cin={filt[2]}")
+    cout = None if filt is None else filt[3]
+    for name, shape in zip(PARAMS, params):
+        if shape is None:
+            continue
+        if len(shape) != 1 or (None not in (cout, shape[0]) and shape[0] != cout):
+            raise OpError(NAME, name, f"must have shape [Cout]={dims((cout,))} (filter {dims(filt)}), got {dims(shape)}")
+        if cout is None:
+            cout = shape[0]
+    _, (oh, ow) = resolve_pads(x, filt, strides, padding, explicit_paddings, dilations)
+    n = None if x is None else x[0]
+    return ((n, oh, ow, cout),)
+
+
+def fold(filt, conv_bias, bn_gamma, bn_beta, bn_mean, bn_variance, epsilon):
+    """BatchNorm folded into the conv: (W', b'). The conv bias and the BN mean are
+    combined once, never added twice (seed 001's pitfall)."""
+    s = bn_gamma / np.sqrt(bn_variance + epsilon)
+    return filt * s, (conv_bias - bn_mean) * s + bn_beta
+
+
+def conv2d_nhwc(x, w, pads, strides, dilations):
+    """Plain float64 convolution, NHWC x HWIO, explicit [top,left,bottom,right] pads."""
+    t, l, b, r = pads
+    xp = np.pad(x, ((0, 0), (t, b), (l, r), (0, 0)))
+    kh, kw, cin, cout = w.shape
+    sh, sw = strides
+    dh, dw = dilations
+    n, hp, wp, _ = xp.shape
+    oh = (hp - (kh - 1) * dh - 1) // sh + 1 if hp >= (kh - 1) * dh + 1 else 0
+    ow = (wp - (kw - 1) * dw - 1) // sw + 1 if wp >= (kw - 1) * dw + 1 else 0
+    y = np.zeros((n, oh, ow, cout), dtype=np.float64)
+    for i in range(kh):
+        for j in range(kw):
+            patch = xp[:, i * dh: i * dh + (oh - 1) * sh + 1: sh, j * dw: j * dw + (ow - 1) * sw + 1: sw, :]
+            if patch.size:
+                y += np.tensordot(patch, w[i, j], axes=([3], [0]))
+    return y
+
+
+def _reference(x, filt, conv_bias, bn_gamma, bn_beta, bn_mean, bn_variance, *,
+               strides, padding, explicit_paddings, dilations, epsilon, alpha):
+    pads, _ = resolve_pads(x.shape, filt.shape, strides, padding, explicit_paddings, dilations)
+    w, b = fold(filt, conv_bias, bn_gamma, bn_beta, bn_mean, bn_variance, epsilon)
+    z = conv2d_nhwc(x, w, pads, strides[1:3], dilations[1:3]) + b
+    return np.where(z > 0, z, alpha * z)
+
+
+def _to_onnx(input_shapes, *, strides, padding, explicit_paddings, dilations, epsilon, alpha):
+    pads, _ = resolve_pads(input_shapes[0], input_shapes[1], strides, padding, explicit_paddings, dilations)
+    if None in pads:
+        raise OpError(NAME, "padding", f"SAME padding needs static H and W to resolve pads, got x {dims(input_shapes[0])}")
+    return dict(strides=strides[1:3], pads=pads, dilations=dilations[1:3], epsilon=epsilon, alpha=alpha)
+
+
+def _from_onnx(*, strides, pads, dilations, epsilon, alpha):
+    if len(strides) != 2 or len(dilations) != 2 or len(pads) != 4:
+        raise OpError(NAME, "strides", f"ONNX form needs strides [sh,sw], pads [t,l,b,r], dilations [dh,dw]; "
+                                        f"got {list(strides)}, {list(pads)}, {list(dilations)}")
+    t, l, b, r = pads
+    return dict(strides=(1, *strides, 1), padding="EXPLICIT", explicit_paddings=(0, 0, t, b, l, r, 0, 0),
+                dilations=(1, *dilations, 1), epsilon=epsilon, alpha=alpha)
+
+
+SPEC = OpSpec(
+    name=NAME,
+    module="yolo_conv_bn_leaky",
+    doc="2-D convolution with inference BatchNorm folded into weights and bias, then LeakyReLU.",
+    inputs=(Arg("x", "[N,H,W,Cin]"), Arg("filter", "[KH,KW,Cin,Cout]"), Arg("conv_bias", "[Cout]"),
+            Arg("bn_gamma", "[Cout]"), Arg("bn_beta", "[Cout]"), Arg("bn_mean", "[Cout]"),
+            Arg("bn_variance", "[Cout]")),
+    outputs=(Arg("y", "[N,OH,OW,Cout]"),),
+    attrs=(Attr("strides", "list(int)", (1, 1, 1, 1), doc="[1,sh,sw,1]"),
+           Attr("padding", "string", "SAME", allowed=("SAME", "VALID", "EXPLICIT")),
+           Attr("explicit_paddings", "list(int)", (), doc="TF Conv2D's 8 values"),
+           Attr("dilations", "list(int)", (1, 1, 1, 1), doc="[1,dh,dw,1]"),
+           Attr("epsilon", "float", 1e-5, doc="BatchNorm epsilon"),
+           Attr("alpha", "float", 0.1, doc="LeakyReLU slope")),
+    onnx_attrs=(Attr("strides", "list(int)", (1, 1)),
+                Attr("pads", "list(int)", (0, 0, 0, 0), doc="[top,left,bottom,right]"),
+                Attr("dilations", "list(int)", (1, 1)),
+                Attr("epsilon", "float", 1e-5),
+                Attr("alpha", "float", 0.1)),
+    dtypes=("float32", "float16"),
+    tolerance={"float32": Tolerance(1e-4), "float16": Tolerance(4e-3)},
+    _reference=_reference,
+    _infer=_infer,
+    _to_onnx=_to_onnx,
+    _from_onnx=_from_onnx,
+)

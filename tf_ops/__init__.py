@@ -1,0 +1,119 @@
+"""The fused ops in TensorFlow: C++ kernels, Python wrappers, gradients, composites.
+
+    from bridge import tf_ops
+    y = tf_ops.fused_layer_norm(x, gamma, beta, epsilon=1e-6)
+    y = tf_ops.yolo_conv_bn_leaky(x, filter, conv_bias, bn_gamma, bn_beta, bn_mean, bn_variance, ...)
+    boxes, objectness, class_probs = tf_ops.yolo_decode(raw, anchors, num_classes, stride)
+    tf_ops.composite.fused_layer_norm(...)   # the same from standard TF ops only
+
+Importing this module loads the op library, building it on first use (once per
+TensorFlow version, compiler and CPU; `bridge build` does it ahead of time), and
+registers the gradients. A SavedModel that uses the ops reloads only after this
+import ("Op type not registered" otherwise).
+
+Each op lives in two files here: `<op>.cc` (registration, shape function, CPU
+kernel) and `<op>_op.py` (wrapper, gradient, composite).
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import threading
+import types
+from pathlib import Path
+
+import tensorflow as tf
+
+from bridge import ops as _specs
+from bridge.native import BuildError, read_build_info, tf_ops_build
+
+_HERE = Path(__file__).resolve().parent
+_library = None
+
+
+def build(force: bool = False, portable=None, cuda: bool = False, quiet: bool = False) -> Path:
+    """Builds (or finds in the cache) the op library for the installed TensorFlow."""
+    return tf_ops_build(cuda=cuda, portable=portable).library(force=force, quiet=quiet)
+
+
+def library_path() -> Path:
+    return build()
+
+
+def load():
+    """The loaded op library (a module of generated op functions)."""
+    global _library
+    if _library is None:
+        path = library_path()
+        info = read_build_info(path)
+        if info.get("binds_to") not in (None, f"tf{tf.__version__}"):
+            raise BuildError(f"{path} was built for {info['binds_to']}, but TensorFlow {tf.__version__} is "
+                             f"installed. Fix: bridge build tf_ops --force")
+        try:
+            _library = tf.load_op_library(str(path))
+        except tf.errors.NotFoundError as e:
+            raise BuildError(f"loading {path} failed: {e}\nThe library does not match the installed TensorFlow "
+                             f"{tf.__version__}. Fix: bridge build tf_ops --force") from e
+    return _library
+
+
+load()
+
+# While tracing under `lowered()`, the public wrappers emit the composite (standard
+# TF ops) instead of the custom op: how a fused model becomes TFLite builtins.
+_mode = threading.local()
+
+
+@contextlib.contextmanager
+def lowered():
+    """Within this block `tf_ops.<op>(...)` builds the composite instead of the custom op."""
+    previous = getattr(_mode, "lowered", False)
+    _mode.lowered = True
+    try:
+        yield
+    finally:
+        _mode.lowered = previous
+
+
+def is_lowered() -> bool:
+    return getattr(_mode, "lowered", False)
+
+
+def _dispatcher(mod):
+    @functools.wraps(mod.op)
+    def call(*args, **kwargs):
+        return (mod.composite if is_lowered() else mod.op)(*args, **kwargs)
+    return call
+
+
+# The per-op Python sides, in spec order; each module exposes `op`, `composite`
+# and registers its gradient on import.
+composite = types.SimpleNamespace()
+_op_modules = {}
+for _spec in _specs.all_specs():
+    _mod = importlib.import_module(f"{__name__}.{_spec.module}_op")
+    _op_modules[_spec.name] = _mod
+    globals()[_spec.module] = _dispatcher(_mod)
+    setattr(composite, _spec.module, _mod.composite)
+
+
+def op_module(name: str):
+    return _op_modules[_specs.get(name).name]
+
+
+def backend_status(spec) -> dict:
+    """What is registered for one op, read from TensorFlow itself (for `bridge ops`)."""
+    from tensorflow.python.framework import kernels, ops as tf_ops_registry
+    devices = {k.device_type for k in kernels.get_registered_kernels_for_op(spec.name).kernel}
+    try:
+        tf_ops_registry.gradient_registry.lookup(spec.name)
+        grad = "yes"
+    except LookupError:
+        grad = "no"
+    return {
+        "tf_cpu": "yes" if "CPU" in devices else "no",
+        "tf_gpu": "yes" if "GPU" in devices else "not built (bridge build --cuda)",
+        "gradient": grad,
+        "composite": "yes" if callable(getattr(composite, spec.module, None)) else "no",
+    }
