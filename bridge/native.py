@@ -237,7 +237,26 @@ def onednn_root() -> Optional[Path]:
     return None
 
 
-def ort_build(portable: Optional[bool] = None) -> Build:
+def ort_build(portable: Optional[bool] = None, fetch: bool = True) -> Optional[Build]:
     """The onnxruntime custom-op library (onnx_plugins/native), built against
-    onnxruntime headers fetched at build time."""
-    raise BuildError("the onnxruntime kernels are not written yet")
+    onnxruntime's C headers: `ORT_INCLUDE_DIR`, or Debian's libonnxruntime-dev
+    fetched into the cache (onnx_plugins/ort_headers.py). It binds to the
+    headers' API version and loads into every onnxruntime that serves it.
+    With fetch=False, returns None instead of fetching missing headers."""
+    from bridge.onnx_plugins import ort_headers
+    include = ort_headers.find(cache_root())
+    if include is None:
+        if not fetch:
+            return None
+        try:
+            include = ort_headers.fetch(cache_root())
+        except ort_headers.HeaderError as e:
+            raise BuildError(str(e)) from e
+    source = _package_dir("bridge.onnx_plugins") / "native"
+    b = Build(name="ort", source_dir=source, binds_to=f"ort{ort_headers.api_version(include)}",
+              target_file="libbridge_ort_ops.so", options={"ORT_INCLUDE_DIR": str(include)},
+              extra_sources=[include / ort_headers.MAIN_HEADER],
+              describe="the onnxruntime kernels")
+    if portable is not None:
+        b.portable = portable
+    return b

@@ -1,1 +1,166 @@
-"""(in progress)"""
+"""The fused ops in ONNX and onnxruntime, without TensorFlow.
+
+    from bridge import onnx_plugins          # registers the com.bridge schemas
+    onnx_plugins.function_proto("FusedLayerNorm", opset=17)   # FunctionProto of standard ops
+    onnx_plugins.add_functions(model)         # model-local functions + opset_import
+    onnx_plugins.inline_custom_ops(model)     # every com.bridge node replaced by its body
+    ReferenceEvaluator(model, new_ops=onnx_plugins.reference_ops())
+    sess = onnx_plugins.session(model, kernels="fastest")    # onnxruntime + native kernels
+
+Each op lives in two files here: `<op>.py` (function body and reference kernel;
+its schema and shape inference are generated from the spec) and
+`native/<op>.cc` (its onnxruntime CPU kernel).
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Sequence, Union
+
+from bridge import ops as _specs
+
+from . import schemas
+from .functions import (MAX_OPSET, MIN_FUNCTION_OPSET, MIN_INLINE_OPSET, add_functions, function_proto,
+                        inline_custom_ops, op_module)
+
+schemas.register_all()
+
+CONFIG_KEY = "bridge.kernels"
+
+# The road `session(kernels="fastest")` takes per op: "native" (the library's
+# kernel) or "function" (the function body, inlined and optimised by onnxruntime).
+# Measured with benchmarks/onnx_ops.py (median ms, float32, 2 threads unless
+# noted) on the project's 2-core AVX-512 machine while other work loaded it
+# (load average ~7), so absolute times are inflated; ratios are side by side:
+#   FusedLayerNorm  [4,128,768]:   native 0.080 / built-in LayerNormalization 0.15 / function 0.15
+#                   [32,512,1024]: native 17.7-37.7 / built-in 27-64 / function 35-40 (memory-bound, noisy)
+#   YoloConvBnLeaky native / function (onnxruntime's fused NCHWc Conv+LeakyRelu + Transposes):
+#                   416x416x32->64 s2: 58-72 / 62-69; 104x104x128->128: 65-105 / 60-85;
+#                   13x13x512->1024: 69-85 / 39-47 (1 thread: 24.6 / 23.5); 52x52x256->128 1x1: 0.95 / 1.3
+#                   -> onnxruntime's own convolution stays the default (native ties it on one thread).
+#   YoloDecode      13x13x255: native 0.017 / function 0.037; 52x52x255: 0.21 / 0.54
+FASTEST = {
+    "FusedLayerNorm": "native",
+    "YoloConvBnLeaky": "function",
+    "YoloDecode": "native",
+}
+
+
+def reference_ops() -> List[type]:
+    """The OpRun classes for `onnx.reference.ReferenceEvaluator(new_ops=...)`."""
+    return [getattr(op_module(s), s.name) for s in _specs.all_specs()]
+
+
+# -- the native library -------------------------------------------------------------
+
+def ort_library_path(build: bool = True) -> Optional[Path]:
+    """The custom-op library, building it on first use (`bridge build ort` does it
+    ahead of time). With build=False: the path if already built, else None."""
+    from bridge import native
+    b = native.ort_build(fetch=build)
+    if b is None:
+        return None
+    if not build:
+        lib = b.folder() / b.target_file
+        return lib if lib.exists() else None
+    return b.library()
+
+
+_described: Dict[str, dict] = {}
+
+
+def library_ops(path: Optional[Path] = None) -> Dict[str, dict]:
+    """{op: {inputs, outputs, attrs}} as the built library describes itself."""
+    path = Path(path or ort_library_path())
+    key = str(path)
+    if key not in _described:
+        lib = ctypes.CDLL(key)
+        lib.bridge_ort_describe.restype = ctypes.c_char_p
+        _described[key] = json.loads(lib.bridge_ort_describe().decode())
+    return _described[key]
+
+
+def kernel_calls(op: str, path: Optional[Path] = None) -> int:
+    """How many times the library's kernel for `op` has run in this process."""
+    lib = ctypes.CDLL(str(path or ort_library_path()))
+    lib.bridge_ort_calls.restype = ctypes.c_uint64
+    lib.bridge_ort_calls.argtypes = [ctypes.c_char_p]
+    return int(lib.bridge_ort_calls(op.encode()))
+
+
+def native_ops(kernels: Union[str, Iterable[str]] = "fastest") -> List[str]:
+    """The op types whose native kernel a session with `kernels` uses."""
+    if isinstance(kernels, str):
+        if kernels == "all":
+            return [s.name for s in _specs.all_specs()]
+        if kernels == "none":
+            return []
+        if kernels == "fastest":
+            return [s.name for s in _specs.all_specs() if FASTEST.get(s.name) == "native"]
+        kernels = [kernels]
+    names = []
+    for k in kernels:
+        try:
+            names.append(_specs.get(k).name)
+        except KeyError:
+            raise ValueError(f"kernels: unknown op {k!r}; use 'fastest', 'all', 'none' or op types from "
+                             f"{sorted(_specs.SPECS)}") from None
+    return names
+
+
+def session(model_or_path, *, kernels: Union[str, Sequence[str]] = "fastest", threads: Optional[int] = None,
+            options=None, providers=None, **kw):
+    """An onnxruntime InferenceSession with the com.bridge kernels named by
+    `kernels` ("fastest", "all", "none" or op types) registered; every other
+    com.bridge op runs its model-local function (added here if the model lacks it).
+    `threads` sets intra_op_num_threads; `options` is a SessionOptions to start from."""
+    import onnx
+    import onnxruntime as ort
+
+    names = native_ops(kernels)
+    model = model_or_path
+    if not isinstance(model, onnx.ModelProto):
+        model = onnx.load(str(model_or_path))
+    used = {n.op_type for n in model.graph.node if n.domain == _specs.DOMAIN}
+    have = {f.name for f in model.functions if f.domain == _specs.DOMAIN}
+    if used - set(names) - have:
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)
+        model = add_functions(copy)
+    so = options or ort.SessionOptions()
+    if threads:
+        so.intra_op_num_threads = threads
+    if names:
+        # The library reads this entry while it registers, so it goes first.
+        so.add_session_config_entry(CONFIG_KEY, ",".join(names))
+        so.register_custom_ops_library(str(ort_library_path()))
+    return ort.InferenceSession(model.SerializeToString(), sess_options=so,
+                                providers=providers or ["CPUExecutionProvider"], **kw)
+
+
+# -- `bridge ops` ----------------------------------------------------------------------
+
+def backend_status(spec) -> Dict[str, str]:
+    import onnx.defs
+    out = {"onnx_schema": "yes" if onnx.defs.has(spec.name, spec.domain) else "schema not registered"}
+    try:
+        function_proto(spec, MAX_OPSET)
+        function_proto(spec, MIN_FUNCTION_OPSET, dtype=spec.dtypes[0])
+        out["onnx_function"] = "yes"
+    except Exception as e:  # the cell says why
+        out["onnx_function"] = f"no: {e}"
+    try:
+        path = ort_library_path(build=False)
+        if path is None:
+            out["ort_kernel"] = "not built (bridge build ort)"
+        else:
+            out["ort_kernel"] = "yes" if spec.name in library_ops(path) else "not in the library"
+    except Exception as e:
+        out["ort_kernel"] = f"no: {e}"
+    return out
+
+
+__all__ = ["CONFIG_KEY", "FASTEST", "MAX_OPSET", "MIN_FUNCTION_OPSET", "MIN_INLINE_OPSET", "add_functions",
+           "backend_status", "function_proto", "inline_custom_ops", "kernel_calls", "library_ops", "native_ops",
+           "ort_library_path", "reference_ops", "session"]

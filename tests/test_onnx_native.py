@@ -1,0 +1,226 @@
+"""The native onnxruntime kernels: their tables agree with the specs, they are
+the ones that run when registered, and bad input makes Run fail clearly."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import helper
+from onnxruntime.capi.onnxruntime_pybind11_state import Fail, InvalidArgument, RuntimeException
+
+from bridge import onnx_plugins
+from bridge import ops as specs
+from bridge.onnx_plugins.one_op import one_op_model
+
+from conftest import assert_close
+
+ORT_ERRORS = (Fail, InvalidArgument, RuntimeException)  # session creation reports RuntimeException
+
+
+@pytest.fixture(scope="module")
+def library():
+    return onnx_plugins.ort_library_path()
+
+
+def test_cpp_tables_match_the_specs(library):
+    described = onnx_plugins.library_ops(library)
+    assert set(described) == set(specs.SPECS)
+    for spec in specs.all_specs():
+        d = described[spec.name]
+        assert d["inputs"] == [i.name for i in spec.inputs]
+        assert d["outputs"] == [o.name for o in spec.outputs]
+        assert [a["name"] for a in d["attrs"]] == [a.name for a in spec.onnx_attrs]
+        for a, cpp in zip(spec.onnx_attrs, d["attrs"]):
+            assert cpp["type"] == a.type, a.name
+            if a.required:
+                assert cpp["default"] is None, a.name
+                continue
+            cast = float if a.element_type == "float" else int
+            value = [cast(v) for v in cpp["default"].split(",") if v] if a.is_list else cast(cpp["default"])
+            assert value == pytest.approx(list(a.default) if a.is_list else a.default), a.name
+
+
+def test_backend_status_sees_the_library(library):
+    for spec in specs.all_specs():
+        assert onnx_plugins.backend_status(spec) == {"onnx_schema": "yes", "onnx_function": "yes", "ort_kernel": "yes"}
+
+
+def _two_op_model(rng):
+    """FusedLayerNorm feeding YoloDecode (x is [N,H,W,A*(5+C)])."""
+    ln, dec = specs.get("FusedLayerNorm"), specs.get("YoloDecode")
+    g, b = rng.standard_normal(12).astype(np.float32), rng.standard_normal(12).astype(np.float32)
+    attrs = dict(anchors=[3.0, 4.0, 5.0, 6.0], num_classes=1, stride=4)
+    nodes = [helper.make_node("FusedLayerNorm", ["x", "gamma", "beta"], ["h"], domain="com.bridge", epsilon=1e-4),
+             helper.make_node("YoloDecode", ["h"], ["boxes", "objectness", "class_probs"], domain="com.bridge",
+                              **attrs)]
+    graph = helper.make_graph(nodes, "two", [helper.make_tensor_value_info("x", 1, ["n", 2, 3, 12])],
+                              [helper.make_tensor_value_info(n, 1, None) for n in ("boxes", "objectness", "class_probs")],
+                              initializer=[onnx.numpy_helper.from_array(g, "gamma"),
+                                           onnx.numpy_helper.from_array(b, "beta")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = rng.standard_normal((2, 2, 3, 12)).astype(np.float32)
+    ref = dec.reference_onnx(ln.reference_onnx(x, g, b, epsilon=1e-4), **attrs)
+    return model, x, ref
+
+
+@pytest.mark.parametrize("kernels,native", [("all", {"FusedLayerNorm", "YoloDecode"}), ("none", set()),
+                                            (["FusedLayerNorm"], {"FusedLayerNorm"}),
+                                            (["YoloDecode"], {"YoloDecode"})])
+def test_registered_kernels_run_and_the_others_fall_back_to_functions(library, rng, kernels, native):
+    model, x, ref = _two_op_model(rng)
+    before = {op: onnx_plugins.kernel_calls(op) for op in ("FusedLayerNorm", "YoloDecode")}
+    outs = onnx_plugins.session(model, kernels=kernels).run(None, {"x": x})
+    for got, r in zip(outs, ref):
+        assert_close("YoloDecode", got, r, "float32", scale=10, what=f"kernels={kernels}")
+    ran = {op for op in before if onnx_plugins.kernel_calls(op) > before[op]}
+    assert ran == native
+
+
+def test_profiling_names_the_custom_kernel(library, rng, tmp_path):
+    """An independent witness to the kernel counter: onnxruntime's own profile
+    shows one FusedLayerNorm node with the library, only standard ops without."""
+    x = rng.standard_normal((4, 16)).astype(np.float32)
+    model = one_op_model("FusedLayerNorm", [x, x[0], x[1]], opset=16)
+    kinds = {}
+    for kernels in ("all", "none"):
+        so = ort.SessionOptions()
+        so.enable_profiling = True
+        so.profile_file_prefix = str(tmp_path / kernels)
+        s = onnx_plugins.session(model, kernels=kernels, options=so)
+        s.run(None, {"x": x, "gamma": x[0], "beta": x[1]})
+        import json
+        events = json.load(open(s.end_profiling()))
+        kinds[kernels] = {e["args"].get("op_name") for e in events if e.get("cat") == "Node" and "args" in e}
+    assert "FusedLayerNorm" in kinds["all"]
+    assert "FusedLayerNorm" not in kinds["none"] and kinds["none"]
+
+
+def _dynamic_model(op, ranks, attrs, elem=1):
+    """A model whose inputs have unknown dims, so only the kernel sees the shapes."""
+    spec = specs.get(op)
+    node = helper.make_node(op, [i.name for i in spec.inputs], [o.name for o in spec.outputs], domain=spec.domain,
+                            **attrs)
+    ins = [helper.make_tensor_value_info(i.name, elem, [f"{i.name}{k}" for k in range(r)])
+           for i, r in zip(spec.inputs, ranks)]
+    outs = [helper.make_tensor_value_info(o.name, elem, None) for o in spec.outputs]
+    return helper.make_model(helper.make_graph([node], "bad", ins, outs),
+                             opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.bridge", 1)])
+
+
+def _ones(*shape):
+    return np.full(shape, 0.5, np.float32)
+
+
+CONV_OK = dict(x=_ones(1, 5, 5, 3), filter=_ones(3, 3, 3, 4), conv_bias=_ones(4), bn_gamma=_ones(4),
+               bn_beta=_ones(4), bn_mean=_ones(4), bn_variance=_ones(4))
+BAD_RUNS = [
+    ("FusedLayerNorm", [2, 1, 1], {}, dict(x=_ones(2, 5), gamma=_ones(4), beta=_ones(5)),
+     "FusedLayerNorm: argument 'gamma': must have shape [H]=[5] (the last dim of x [2,5]), got [4]"),
+    ("FusedLayerNorm", [2, 1, 1], {}, dict(x=_ones(2, 5), gamma=_ones(5), beta=_ones(6)),
+     "FusedLayerNorm: argument 'beta': must have shape [H]=[5]"),
+    ("YoloConvBnLeaky", [4, 4, 1, 1, 1, 1, 1], {}, dict(CONV_OK, filter=_ones(3, 3, 2, 4)),
+     "YoloConvBnLeaky: argument 'filter': Cin mismatch: x [1,5,5,3] has Cin=3, filter [3,3,2,4] has Cin=2"),
+    ("YoloConvBnLeaky", [4, 4, 1, 1, 1, 1, 1], {}, dict(CONV_OK, bn_variance=_ones(3)),
+     "YoloConvBnLeaky: argument 'bn_variance': must have shape [Cout]=[4] (filter [3,3,3,4]), got [3]"),
+    ("YoloConvBnLeaky", [3, 4, 1, 1, 1, 1, 1], {}, dict(CONV_OK, x=_ones(5, 5, 3)),
+     "YoloConvBnLeaky: argument 'x': must have rank 4 [N,H,W,Cin], got [5,5,3]"),
+    ("YoloConvBnLeaky", [4, 4, 1, 1, 1, 1, 1], {}, dict(CONV_OK, x=_ones(1, 1, 5, 3)),
+     "YoloConvBnLeaky: argument 'x': H axis of x [1,1,5,3] with filter [3,3,3,4]: computed output size would be negative"),
+    ("YoloDecode", [4], dict(anchors=[1.0, 2.0], num_classes=2, stride=8), dict(raw=_ones(1, 2, 2, 8)),
+     "YoloDecode: argument 'raw': last dim must be A*(5+C) = 1*(5+2) = 7, got [1,2,2,8]"),
+    ("YoloDecode", [3], dict(anchors=[1.0, 2.0], num_classes=2, stride=8), dict(raw=_ones(2, 2, 7)),
+     "YoloDecode: argument 'raw': must have rank 4 [N,H,W,A*(5+C)], got [2,2,7]"),
+]
+
+
+@pytest.mark.parametrize("op,ranks,attrs,feeds,message", BAD_RUNS, ids=[f"{b[0]}-{i}" for i, b in enumerate(BAD_RUNS)])
+def test_bad_shapes_fail_the_run_with_a_clear_message(library, op, ranks, attrs, feeds, message):
+    sess = onnx_plugins.session(_dynamic_model(op, ranks, attrs), kernels=[op])
+    with pytest.raises(InvalidArgument) as e:
+        sess.run(None, feeds)
+    assert message in str(e.value)
+    # the same session still works on good input afterwards
+    if op == "FusedLayerNorm":
+        sess.run(None, dict(x=_ones(2, 5), gamma=_ones(5), beta=_ones(5)))
+
+
+BAD_ATTRS = [
+    ("YoloConvBnLeaky", dict(strides=[1, 0]), "YoloConvBnLeaky: argument 'strides': needs 2 positive values"),
+    ("YoloConvBnLeaky", dict(pads=[1, 1, -1, 0]), "YoloConvBnLeaky: argument 'pads': needs 4 non-negative values"),
+    ("YoloConvBnLeaky", dict(dilations=[1]), "YoloConvBnLeaky: argument 'dilations': needs 2 positive values"),
+    ("YoloDecode", dict(anchors=[1.0, 2.0, 3.0], num_classes=1, stride=8), "YoloDecode: argument 'anchors': needs 2*A"),
+    ("YoloDecode", dict(anchors=[1.0, 0.0], num_classes=1, stride=8), "YoloDecode: argument 'anchors': must all be positive"),
+    ("YoloDecode", dict(anchors=[1.0, 2.0], num_classes=0, stride=8), "YoloDecode: argument 'num_classes': must be >= 1"),
+    ("YoloDecode", dict(anchors=[1.0, 2.0], num_classes=1), "YoloDecode: argument 'stride': required attribute is missing"),
+]
+
+
+@pytest.mark.parametrize("op,attrs,message", BAD_ATTRS, ids=[f"{b[0]}-{i}" for i, b in enumerate(BAD_ATTRS)])
+def test_bad_attributes_fail_the_session_with_a_clear_message(library, op, attrs, message):
+    ranks = [4] * len(specs.get(op).inputs) if op == "YoloDecode" else [4, 4, 1, 1, 1, 1, 1]
+    with pytest.raises(ORT_ERRORS) as e:
+        onnx_plugins.session(_dynamic_model(op, ranks, attrs), kernels=[op])
+    assert message in str(e.value)
+
+
+def test_unknown_op_in_the_config_entry_fails_registration(library):
+    so = ort.SessionOptions()
+    so.add_session_config_entry(onnx_plugins.CONFIG_KEY, "FusedLayerNorm,Bogus")
+    with pytest.raises(ORT_ERRORS) as e:
+        so.register_custom_ops_library(str(library))
+    assert "bridge.kernels: unknown op 'Bogus'" in str(e.value)
+
+
+NASTY = r"""
+import numpy as np
+from onnxruntime.capi.onnxruntime_pybind11_state import Fail, InvalidArgument, RuntimeException
+from bridge import onnx_plugins
+from test_onnx_native import _dynamic_model, CONV_OK, _ones
+cases = [
+    # rank-0 x, empty gamma
+    ("FusedLayerNorm", [0, 1, 1], {}, dict(x=np.array(1.0, np.float32), gamma=_ones(0), beta=_ones(0))),
+    # a filter far larger than the padded input, huge dilation
+    ("YoloConvBnLeaky", [4, 4, 1, 1, 1, 1, 1], dict(dilations=[1000000, 1000000]), CONV_OK),
+    # Cin = 0, Cout = 0
+    ("YoloConvBnLeaky", [4, 4, 1, 1, 1, 1, 1], {}, dict(CONV_OK, x=_ones(1, 5, 5, 0), filter=_ones(3, 3, 0, 4))),
+    ("YoloConvBnLeaky", [4, 4, 1, 1, 1, 1, 1], {}, {k: (v[..., :0] if v.ndim in (1, 4) and k != "x" else v)
+                                                    for k, v in CONV_OK.items()}),
+    # huge padding
+    ("YoloConvBnLeaky", [4, 4, 1, 1, 1, 1, 1], dict(pads=[100, 0, 100, 0]), CONV_OK),
+    # raw with a zero-sized last dim
+    ("YoloDecode", [4], dict(anchors=[1.0, 2.0], num_classes=1, stride=8), dict(raw=_ones(1, 3, 3, 0))),
+]
+for op, ranks, attrs, feeds in cases:
+    try:
+        outs = onnx_plugins.session(_dynamic_model(op, ranks, attrs), kernels=[op]).run(None, feeds)
+        print("RAN", op, [o.shape for o in outs], flush=True)
+    except (Fail, InvalidArgument) as e:
+        print("FAILED", op, str(e).splitlines()[-1], flush=True)
+print("SURVIVED")
+"""
+
+
+def test_nasty_inputs_never_crash_the_process(library):
+    import os
+    tests = os.path.dirname(__file__)
+    p = subprocess.run([sys.executable, "-c", NASTY], capture_output=True, text=True, timeout=300,
+                       cwd=tests, env={**os.environ, "PYTHONPATH": tests})
+    assert p.returncode == 0 and "SURVIVED" in p.stdout, (p.returncode, p.stdout, p.stderr[-3000:])
+    lines = p.stdout.splitlines()
+    assert any("FusedLayerNorm: argument 'x': must have rank >= 1" in l for l in lines), lines
+    # the huge-dilation filter does not fit the input: a clear error, not a read out of bounds
+    assert any("YoloConvBnLeaky: argument 'x'" in l and "negative" in l for l in lines), lines
+    assert any(l.startswith("RAN YoloConvBnLeaky [(1, 203, 3, 4)]") for l in lines), lines  # huge padding
+
+
+def test_missing_headers_folder_is_a_build_error(monkeypatch, tmp_path):
+    from bridge import native
+    monkeypatch.setenv("ORT_INCLUDE_DIR", str(tmp_path))
+    monkeypatch.setenv("BRIDGE_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(native.BuildError, match="ORT_INCLUDE_DIR=.* has no onnxruntime_c_api.h. Fix"):
+        native.ort_build()
+    assert native.ort_build(fetch=False) is None

@@ -1,0 +1,60 @@
+"""The package's shape: one namespace, every folder installed, layering kept."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+TOP = {"bridge": "bridge", "tf_ops": "bridge.tf_ops", "onnx_plugins": "bridge.onnx_plugins",
+       "converters": "bridge.converters", "models": "bridge.models"}
+
+
+def _packages_on_disk():
+    found = set()
+    for folder, name in TOP.items():
+        for init in (ROOT / folder).rglob("__init__.py"):
+            rel = init.parent.relative_to(ROOT / folder)
+            if "__pycache__" in rel.parts:
+                continue
+            found.add(".".join([name, *rel.parts]))
+    return found
+
+
+def test_every_package_is_installed_under_bridge():
+    listed = set(PYPROJECT["tool"]["setuptools"]["packages"])
+    missing = _packages_on_disk() - listed
+    assert not missing, f"packages on disk but not in pyproject.toml: {sorted(missing)}"
+    assert all(p == "bridge" or p.startswith("bridge.") for p in listed)
+    assert PYPROJECT["tool"]["setuptools"]["package-dir"] == {v: k for k, v in TOP.items()}
+
+
+def _import_blocking(module: str, blocked: str) -> subprocess.CompletedProcess:
+    code = f"""
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name == {blocked!r} or name.startswith({blocked!r} + "."):
+            raise ImportError("blocked for the test: " + name)
+sys.meta_path.insert(0, Block())
+import {module}
+print("ok")
+"""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("heavy", ["tensorflow", "onnx", "onnxruntime"])
+def test_specs_import_nothing_heavier_than_numpy(heavy):
+    r = _import_blocking("bridge.ops", heavy)
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr[-2000:]
+
+
+def test_cli_runs_as_module():
+    r = subprocess.run([sys.executable, "-m", "bridge", "--help"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    for command in ("build", "ops", "export", "parity"):
+        assert command in r.stdout
