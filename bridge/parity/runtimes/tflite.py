@@ -1,0 +1,89 @@
+"""`tflite`: the lowered TFLite export (builtins only) on ai_edge_litert.
+
+The fused model is exported once per run with `bridge.converters.export_tflite`
+(shared with the quantised variants through `source.cached`), at the model's own
+input signature; the signature runner resizes the inputs to the run's shapes, and
+outputs come back keyed by the signature's output names, which are the model's.
+`tf.lite.Interpreter` serves only when ai_edge_litert is not installed.
+"""
+from __future__ import annotations
+
+from typing import Dict, Mapping
+
+import numpy as np
+
+from bridge.parity.runtime import Runtime, Unavailable
+
+
+def interpreter_class():
+    """(Interpreter class, where it came from); Unavailable when there is none."""
+    try:
+        from ai_edge_litert.interpreter import Interpreter
+        return Interpreter, "ai_edge_litert"
+    except ImportError:
+        pass
+    try:
+        import tensorflow as tf
+        return tf.lite.Interpreter, "tf.lite"
+    except ImportError:
+        raise Unavailable("no TFLite interpreter: pip install ai-edge-litert") from None
+
+
+def exported(source, mode: str = "lowered", quantize: str = "none") -> bytes:
+    """The run's TFLite file for (mode, quantize), exported once and shared."""
+    def build():
+        from bridge.converters import export_tflite
+        model, specs, names = _model_of(source)
+        try:
+            return export_tflite.convert(model, specs, names, mode=mode, quantize=quantize)
+        except export_tflite.TFLiteExportError as e:
+            raise Unavailable(str(e)) from None
+    return source.cached(f"tflite:{mode}:{quantize}", build)
+
+
+def _model_of(source):
+    """What to export: the fused Keras model (the unfused one while fusion is not
+    available), or a SavedModel's serving signature."""
+    if source.kind == "keras":
+        try:
+            model, _ = source.fused_model()
+        except Unavailable:
+            model = source.keras_model()
+    elif source.kind == "savedmodel":
+        obj = source.saved_model()
+        sigs = getattr(obj, "signatures", None) or {}
+        if not sigs:
+            raise Unavailable("the SavedModel has no signature to export")
+        model = sigs["serving_default"] if "serving_default" in sigs else next(iter(sigs.values()))
+    else:
+        raise Unavailable(f"TFLite exports TensorFlow models, not {source.kind}")
+    return model, list(source.inputs), list(source.output_names)
+
+
+class TFLite(Runtime):
+    name = "tflite"
+    description = "lowered TFLite export (builtins only) on ai_edge_litert"
+    order = 60
+    kinds = ("keras", "savedmodel")
+    quantize = "none"
+
+    def prepare(self, source):
+        super().prepare(source)
+        cls, self.origin = interpreter_class()
+        data = exported(source, "lowered", self.quantize)
+        self.interpreter = cls(model_content=data)
+        signatures = self.interpreter.get_signature_list()
+        if not signatures:
+            raise Unavailable("the TFLite file has no signature (input/output names)")
+        self.key = next(iter(signatures))
+        self.output_order = list(signatures[self.key]["outputs"])
+        self.runner = self.interpreter.get_signature_runner(self.key)
+
+    def run(self, inputs: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        # The signature runner resizes every input whose shape differs from the
+        # file's (a dynamic batch exports as 1) before it allocates.
+        own = self.runner(**{k: np.ascontiguousarray(v) for k, v in inputs.items()})
+        return self.outputs_by_name(own, self.output_order)
+
+
+RUNTIME = TFLite

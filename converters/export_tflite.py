@@ -1,0 +1,362 @@
+"""`bridge export MODEL --to tflite`: a (fused) TensorFlow model as a TFLite flatbuffer.
+
+Modes:
+- `lowered` (default): the model is traced under `bridge.tf_ops.lowered()`, so every
+  fused op's public wrapper emits its composite (standard TF ops) and the file holds
+  TFLite builtins only (CONV_2D with the folded weights, LEAKY_RELU, LOGISTIC, EXP,
+  MEAN, ...). It runs on any TFLite runtime, delegates included.
+- `custom`: the fused ops stay TFLite CUSTOM ops (custom_code = the op type, the TF
+  attributes in a FlexBuffer), for runtimes that bring their own kernels. bridge
+  ships no TFLite kernels (no package here provides TFLite headers that match the
+  runtime: README, compatibility table), so such a file is not run here.
+
+Quantisation (post-training, no calibration data): `float16` stores the weights as
+float16; `dynamic` stores them as int8 and quantises activations per call.
+`QUANTIZE_BOUND` states how much error each may add.
+
+A model that TFLite cannot take fails with `TFLiteExportError` naming the op and the
+converter's reason; no file is written (temporary name, then rename). Importing
+this module is cheap (no TensorFlow): the CLI imports every exporter for --help.
+The exporter interface is written at the top of bridge/commands/export.py.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sys
+import tempfile
+from pathlib import Path
+from typing import Dict, List, Mapping, Optional, Sequence
+
+import numpy as np
+
+from bridge import ops as specs
+from bridge.exporting import Check, ExportError, ExportResult, OptionError, Progress, quiet
+
+DESCRIPTION = "TFLite: builtins only (lowered: fused ops as their composites) or the fused ops as custom ops"
+MODES = ("lowered", "custom")     # the first is the default
+SUFFIX = ".tflite"
+QUANTIZE = ("none", "float16", "dynamic")
+
+# The most error quantisation may add, as parity's atol: for every float output,
+# max|tflite - tf| <= bound * max(1, max|tf|). float16 weights keep ~3 significant
+# digits; int8 weights with per-call int8 activations ~2, compounded over the layers.
+# An export past its bound fails the check. Measured on YOLOv3-tiny and BERT (small
+# configs): see tests/test_tflite.py and the report in the README.
+QUANTIZE_BOUND: Dict[str, Optional[float]] = {"none": None, "float16": 2e-2, "dynamic": 0.25}
+
+
+class TFLiteExportError(ExportError):
+    """The model cannot become a TFLite file; the message names the op(s) and why."""
+
+    def __init__(self, message: str, ops: Sequence[str] = ()):
+        super().__init__(message)
+        self.ops = tuple(ops)
+
+
+def add_arguments(group):
+    group.add_argument("--quantize", choices=QUANTIZE, default="none",
+                       help="post-training quantisation: float16 weights, or int8 weights with dynamic-range "
+                            "activations (default: none)")
+
+
+def check_options(mode: Optional[str], quantize: Optional[str]):
+    mode = mode or MODES[0]
+    if mode not in MODES:
+        raise OptionError(f"--mode {mode}: the TFLite export has modes {', '.join(MODES)}")
+    quantize = quantize or "none"
+    if quantize not in QUANTIZE:
+        raise OptionError(f"--quantize {quantize}: expected one of {', '.join(QUANTIZE)}")
+    return mode, quantize
+
+
+# -- tracing -------------------------------------------------------------------
+def function(model, input_specs, output_names):
+    """A fresh tf.function over `input_specs` (name/shape/dtype each) returning
+    {output name: tensor}. `model`: a Keras model, a SavedModel signature (takes
+    keywords) or any callable taking the inputs positionally. Fresh, so a trace
+    cached outside `lowered()` is never reused inside it."""
+    import tensorflow as tf
+    names = list(output_names)
+    sig = [s if isinstance(s, tf.TensorSpec) else
+           tf.TensorSpec([None if d is None or d < 0 else int(d) for d in s.shape], tf.as_dtype(s.dtype), name=s.name)
+           for s in input_specs]
+
+    def call(*args):
+        if hasattr(model, "structured_input_signature"):
+            out = model(**{s.name: a for s, a in zip(sig, args)})
+        elif _is_keras(model):
+            out = model(list(args) if len(args) > 1 else args[0], training=False)
+        else:
+            out = model(*args)
+        if isinstance(out, Mapping):
+            missing = [n for n in names if n not in out]
+            if missing:
+                raise TFLiteExportError(f"the model has no output named {missing[0]!r}; it returns {sorted(out)}")
+            return {n: out[n] for n in names}
+        out = list(out) if isinstance(out, (list, tuple)) else [out]
+        if len(out) != len(names):
+            raise TFLiteExportError(f"the model returns {len(out)} outputs, {len(names)} names given ({names})")
+        return dict(zip(names, out))
+
+    return tf.function(call, input_signature=sig, autograph=False)
+
+
+def _is_keras(model) -> bool:
+    keras = sys.modules.get("keras")
+    return keras is not None and isinstance(model, keras.Model)
+
+
+def trace(fn, mode: str):
+    """The concrete function the converter reads: under tf_ops.lowered() in
+    `lowered` mode (composites), as is in `custom` mode (the fused ops kept)."""
+    tf_ops = None
+    if mode == "lowered":
+        try:  # fused layers import it on their first call, i.e. during this very trace
+            from bridge import tf_ops
+        except Exception:  # no op library: a model with fused ops fails its trace with the reason
+            tf_ops = None
+    if tf_ops is not None:
+        with tf_ops.lowered():
+            return fn.get_concrete_function()
+    return fn.get_concrete_function()
+
+
+# -- converting ----------------------------------------------------------------
+@contextlib.contextmanager
+def _native_stderr_muted(muted: bool = True):
+    """The converter's C++ side writes its MLIR diagnostics (a screen per op, with
+    call-site chains) straight to fd 2; the Python error carries what matters."""
+    if not muted:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with tempfile.TemporaryFile() as sink:
+            os.dup2(sink.fileno(), 2)
+            try:
+                yield
+            finally:
+                sys.stderr.flush()
+                os.dup2(saved, 2)
+    finally:
+        os.close(saved)
+
+
+def convert_function(fn, mode: str = "lowered", quantize: str = "none", verbose: bool = False) -> bytes:
+    """A tf.function with an input signature (returning {name: tensor}) -> the
+    TFLite flatbuffer; raises TFLiteExportError naming any op TFLite cannot take.
+    `verbose` lets the converter's own diagnostics through to stderr."""
+    import tensorflow as tf
+    mode, quantize = check_options(mode, quantize)
+    cf = _frozen(trace(fn, mode))
+    # A bare trackable: the converter then writes a serving signature (input and
+    # output names) and finds no variables to keep.
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([cf], tf.Module())
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+    converter.allow_custom_ops = mode == "custom"
+    if quantize != "none":
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        if quantize == "float16":
+            converter.target_spec.supported_types = [tf.float16]
+    try:
+        with _native_stderr_muted(not verbose):
+            data = converter.convert()
+    except Exception as e:
+        if type(e).__name__ != "ConverterError":
+            raise
+        raise _explain(e, mode) from None
+    _check_custom_ops(data, mode)
+    return data
+
+
+def convert(model, input_specs, output_names, mode: str = "lowered", quantize: str = "none",
+            verbose: bool = False) -> bytes:
+    """`convert_function` of `function(model, input_specs, output_names)`."""
+    return convert_function(function(model, input_specs, output_names), mode, quantize, verbose)
+
+
+def _frozen(cf):
+    """`cf` with its variables as constants and its outputs still named. The
+    converter would keep Keras 3 variables as VAR_HANDLE/READ_VARIABLE ops that
+    nothing initialises; freezing alone drops the output names (a flat list in
+    tf.nest order), so a wrapper packs them back."""
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+    frozen = convert_variables_to_constants_v2(cf)
+    structure = cf.structured_outputs
+
+    def named(*args):
+        return tf.nest.pack_sequence_as(structure, frozen(*args))
+
+    sig = [tf.TensorSpec(x.shape, x.dtype, name=x.name) for x in cf.structured_input_signature[0]]
+    return tf.function(named, input_signature=sig, autograph=False).get_concrete_function()
+
+
+def _check_custom_ops(data: bytes, mode: str) -> None:
+    """With allow_custom_ops the converter keeps ANY TF op it cannot map as a custom
+    op; only bridge's fused ops may stay so (a runtime can bring kernels for those)."""
+    from bridge.tflite_inspect import inspect_tflite
+    custom = inspect_tflite(data).custom_codes
+    ours = {s.name for s in specs.all_specs()}
+    foreign = sorted(set(custom) - ours) if mode == "custom" else sorted(custom)
+    if foreign:
+        raise TFLiteExportError(
+            f"TFLite cannot take op {', '.join(foreign)}: it has no TFLite builtin, and only bridge's fused ops "
+            f"({', '.join(sorted(ours))}) may stay custom ops", foreign)
+
+
+def _explain(error, mode: str) -> TFLiteExportError:
+    """The converter's reason, by op, without its MLIR dump."""
+    ops: List[str] = []
+    reasons: List[str] = []
+    for err in getattr(error, "errors", None) or []:
+        name = err.operator.name.split(".", 1)[-1] if err.operator.name else ""
+        if not name or name in ops:
+            continue
+        code = _error_code_name(err)
+        reason = err.error_message.splitlines()[0] if err.error_message else code
+        ops.append(name)
+        reasons.append(reason + (f" ({code})" if code and code not in reason else ""))
+    if not ops:  # no structured errors: the ops and the first "error:" line of the text
+        text = str(error)
+        ops = list(dict.fromkeys(re.findall(r"'tf\.(\w+)' op", text)))
+        found = re.findall(r"error: (.*)", text)
+        reasons = [found[0] if found else (text.strip().splitlines() or [type(error).__name__])[0]]
+    hint = ""
+    ours = [o for o in ops if o in specs.SPECS]
+    if ours and mode == "lowered":
+        hint = (f". {', '.join(ours)} stayed a fused op: lowering needs the model traced through bridge.tf_ops' "
+                f"wrappers (a SavedModel keeps the op as saved); --mode custom keeps it as a TFLite custom op")
+    what = f"op {', '.join(ops)}" if ops else "the model"
+    return TFLiteExportError(f"TFLite cannot take {what}: {'; '.join(reasons)}{hint}", ops)
+
+
+def _error_code_name(err) -> str:
+    try:
+        return type(err).ErrorCode.Name(err.error_code)
+    except Exception:  # an older converter_error_data without the enum
+        return ""
+
+
+# -- writing and running -----------------------------------------------------------
+def write_atomic(data: bytes, output) -> str:
+    """Writes to a temporary file beside `output`, then renames: never a partial file."""
+    out = Path(output).resolve()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=str(out.parent))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, out)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return str(out)
+
+
+def run_tflite(data: bytes, feeds: Mapping[str, np.ndarray], delegates: bool = True) -> Dict[str, np.ndarray]:
+    """Runs a TFLite file on ai_edge_litert through its signature (inputs resized
+    to the feeds' shapes); {output name: array}. `delegates=False`: TFLite's own
+    builtin kernels, without the default XNNPack delegate."""
+    try:
+        from ai_edge_litert.interpreter import Interpreter, OpResolverType
+    except ImportError:
+        import tensorflow as tf
+        Interpreter, OpResolverType = tf.lite.Interpreter, tf.lite.experimental.OpResolverType
+    kwargs = {} if delegates else {
+        "experimental_op_resolver_type": OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES}
+    runner = Interpreter(model_content=data, **kwargs).get_signature_runner()
+    return {k: np.asarray(v) for k, v in runner(**{k: np.ascontiguousarray(v) for k, v in feeds.items()}).items()}
+
+
+def check_against(data: bytes, fn, feeds: Mapping[str, np.ndarray], order: Sequence[str], quantize: str,
+           atol: Optional[float] = None) -> List[Check]:
+    """Per output: the file on ai_edge_litert against `fn` in TensorFlow, under the
+    parity rule; the quantisation's bound replaces the dtype default."""
+    from bridge.parity.compare import Tolerance, compare
+    ref = {k: np.asarray(v) for k, v in fn(*[feeds[n] for n in order]).items()}
+    got = run_tflite(data, feeds)
+    bound = QUANTIZE_BOUND[quantize]
+    checks = []
+    for name, r in ref.items():
+        if name not in got:
+            checks.append(Check(name, float("nan"), 0.0, False, f"missing in the export (it has {sorted(got)})"))
+            continue
+        tol = Tolerance.for_dtype(r.dtype)
+        if bound is not None and r.dtype.kind == "f":
+            tol = Tolerance(bound, bound)
+        c = compare(got[name], r, tol.with_overrides(atol=atol))
+        checks.append(Check(name, float(c.max_abs_error), float(c.atol_effective), bool(c.passed), c.note))
+    return checks
+
+
+# -- the pipeline ----------------------------------------------------------------
+def _fuse(model, progress: Progress, summary: List[str], details: dict):
+    from bridge import converters
+    fuse = getattr(converters, "fuse", None)
+    if fuse is None:
+        raise ExportError("the fusion rewriter (bridge.converters.fuse) is not available; --no-fuse exports the "
+                          "model as it is")
+    with progress.stage("fusing"):
+        fused, report = fuse(model)
+    text = report.summary() if callable(getattr(report, "summary", None)) else str(report)
+    summary.append(text)
+    to_json = getattr(report, "to_json", None)
+    details["fusion"] = to_json() if callable(to_json) else text
+    return fused
+
+
+def export(source, output: str, *, mode: Optional[str] = None, quantize: Optional[str] = "none", fuse: bool = True,
+           seed: int = 0, progress: Optional[Progress] = None, atol: Optional[float] = None, verify: bool = True,
+           opset: Optional[int] = None, verbose: bool = False, **_) -> ExportResult:
+    """The `--to tflite` exporter. `source`: a bridge.modelsource.ModelSource."""
+    progress = progress or quiet()
+    mode, quantize = check_options(mode, quantize)
+    if opset is not None:
+        raise OptionError("--opset applies to ONNX exports, not to --to tflite")
+    if source.kind == "onnx":
+        raise OptionError(f"{source.arg} is an ONNX model; --to tflite exports TensorFlow models")
+    summary: List[str] = []
+    details: dict = {"mode": mode, "quantize": quantize}
+    model = source.model
+    if fuse and source.is_keras:
+        model = _fuse(model, progress, summary, details)
+    elif fuse:
+        summary.append(f"{source.kind}: exported as saved (fusion rewrites Keras models only)")
+    with progress.stage("converting"):
+        data = convert_function(source.function(model if source.is_keras else None), mode, quantize, verbose)
+    path = write_atomic(data, output)
+    from bridge.tflite_inspect import inspect_tflite
+    info = inspect_tflite(data)
+    custom: Dict[str, List[dict]] = {}
+    for c in info.custom:
+        custom.setdefault(c.code, []).append(c.attrs or {})
+    details.update(size=len(data), ops=dict(info.ops), custom_ops=custom, weights=info.weights)
+    summary.append(f"wrote {path} ({mode}, quantize {quantize}, {len(data)} bytes, {sum(info.ops.values())} ops)")
+    if custom:
+        summary.append("custom ops the runtime must provide: "
+                       + ", ".join(f"{k} x{len(v)}" for k, v in sorted(custom.items())))
+    else:
+        summary.append("builtin ops only: runs on any TFLite runtime")
+    checks: List[Check] = []
+    if verify and not custom:
+        with progress.stage("verifying"):
+            feeds = source.sample_inputs(seed=seed)
+            # against the model as given (unfused): the fusion is part of what is checked
+            checks = check_against(data, source.function(), feeds, [i.name for i in source.inputs], quantize, atol)
+    elif verify:
+        summary.append("not verified: no TFLite runtime here has kernels for the custom ops "
+                       "(--mode lowered runs anywhere)")
+    return ExportResult(output=path, format="tflite", files=[path], summary=summary, checks=checks,
+                        seconds=dict(progress.seconds), details=details)
+
+
+def backend_status(spec) -> Dict[str, str]:
+    """The TFLite column of `bridge ops`: every fused op lowers to builtins through
+    its composite; no TFLite kernel exists for the custom ops (no TFLite headers
+    that match the installed runtime)."""
+    return {"tflite": "lowered only"}
