@@ -1,8 +1,131 @@
-"""PLACEHOLDER (overwrite me): the Python side of the op — op(), composite(), gradient."""
+"""YoloConvBnLeaky in TensorFlow: the public wrapper, the composite and the gradient.
+
+`op` runs the C++ kernel (yolo_conv_bn_leaky.cc); `composite` computes the same
+from standard TF ops in the form converters map to builtins (folded weights,
+CONV_2D, bias, LEAKY_RELU; EXPLICIT padding as a Pad then VALID); the gradient for
+all seven inputs is registered on import.
+"""
+from __future__ import annotations
+
+import tensorflow as tf
+
+from bridge.ops import yolo_conv_bn_leaky as _spec_module
+
+SPEC = _spec_module.SPEC
+_D = SPEC.defaults()
+_PARAMS = _spec_module.PARAMS
 
 
-def op(*args, **kwargs):
-    raise NotImplementedError("yolo_conv_bn_leaky: the TensorFlow kernel is not written yet")
+def _attrs(strides, padding, explicit_paddings, dilations, epsilon, alpha):
+    """The attributes resolved and checked by the spec (OpError, a ValueError)."""
+    attrs = SPEC.resolve(dict(strides=strides, padding=padding, explicit_paddings=explicit_paddings,
+                              dilations=dilations, epsilon=epsilon, alpha=alpha))
+    SPEC.infer_shapes([None] * len(SPEC.inputs), **attrs)  # attribute checks only
+    return attrs
 
 
-composite = op
+def _inputs(x, *rest):
+    x = tf.convert_to_tensor(x)
+    SPEC.check_dtype(x.dtype.as_numpy_dtype)
+    return (x,) + tuple(tf.convert_to_tensor(t, dtype_hint=x.dtype) for t in rest)
+
+
+def _shape(t):
+    return None if t.shape.rank is None else tuple(t.shape.as_list())
+
+
+def op(x, filter, conv_bias, bn_gamma, bn_beta, bn_mean, bn_variance,  # noqa: A002 (the spec's name)
+       strides=_D["strides"], padding=_D["padding"], explicit_paddings=_D["explicit_paddings"],
+       dilations=_D["dilations"], epsilon=_D["epsilon"], alpha=_D["alpha"], name=None):
+    """leaky_relu(conv2d(x, filter * s) + (conv_bias - bn_mean) * s + bn_beta, alpha),
+    s = bn_gamma / sqrt(bn_variance + epsilon); NHWC x HWIO, padding as tf.nn.conv2d.
+
+    Bad attributes raise ValueError (bridge.ops.OpError) here; bad shapes raise
+    ValueError while tracing and tf.errors.InvalidArgumentError eagerly."""
+    from bridge import tf_ops
+    attrs = _attrs(strides, padding, explicit_paddings, dilations, epsilon, alpha)
+    args = _inputs(x, filter, conv_bias, bn_gamma, bn_beta, bn_mean, bn_variance)
+    return tf_ops.load().yolo_conv_bn_leaky(*args, name=name, **attrs)
+
+
+def _pads(attrs):
+    """[[top, bottom], [left, right]] of EXPLICIT padding."""
+    p = attrs["explicit_paddings"]
+    return [[p[2], p[3]], [p[4], p[5]]]
+
+
+def _fold(filt, conv_bias, bn_gamma, bn_beta, bn_mean, bn_variance, epsilon):
+    s = bn_gamma * tf.math.rsqrt(bn_variance + epsilon)
+    return filt * s, (conv_bias - bn_mean) * s + bn_beta, s
+
+
+def composite(x, filter, conv_bias, bn_gamma, bn_beta, bn_mean, bn_variance,  # noqa: A002
+              strides=_D["strides"], padding=_D["padding"], explicit_paddings=_D["explicit_paddings"],
+              dilations=_D["dilations"], epsilon=_D["epsilon"], alpha=_D["alpha"], name=None):
+    """The same math from standard TF ops: fold, conv2d, bias_add, leaky_relu
+    (float16 computed in float32, as the kernel does)."""
+    attrs = _attrs(strides, padding, explicit_paddings, dilations, epsilon, alpha)
+    args = _inputs(x, filter, conv_bias, bn_gamma, bn_beta, bn_mean, bn_variance)
+    (out_shape,) = SPEC.infer_shapes([_shape(t) for t in args], **attrs)
+    with tf.name_scope(name or "YoloConvBnLeakyComposite"):
+        dtype = args[0].dtype
+        if None not in out_shape and 0 in out_shape:
+            # TF's Conv2D hands an empty input back unchanged ([0,H,W,Cin]), whatever the filter.
+            return tf.zeros(out_shape, dtype)
+        if dtype != tf.float32:
+            args = tuple(tf.cast(t, tf.float32) for t in args)
+        x, filt = args[0], args[1]
+        w, b, _ = _fold(filt, *args[2:], attrs["epsilon"])
+        pad = attrs["padding"]
+        if pad == "EXPLICIT":
+            # Pad + VALID: the form TFLite's CONV_2D and every converter understand.
+            x = tf.pad(x, [[0, 0], *_pads(attrs), [0, 0]])
+            pad = "VALID"
+        fshape = _shape(filt)
+        if fshape is not None and 0 in fshape and None not in out_shape:
+            z = tf.zeros(out_shape, tf.float32)  # an empty filter convolves to zero (TF's Conv2D refuses it)
+        else:
+            z = tf.nn.conv2d(x, w, strides=list(attrs["strides"]), padding=pad, dilations=list(attrs["dilations"]))
+        y = tf.nn.leaky_relu(tf.nn.bias_add(z, b), alpha=attrs["alpha"])
+        return tf.cast(y, dtype) if dtype != tf.float32 else y
+
+
+def _conv_attrs(op_):
+    return dict(strides=op_.get_attr("strides"), padding=op_.get_attr("padding"),
+                explicit_paddings=op_.get_attr("explicit_paddings"), dilations=op_.get_attr("dilations"))
+
+
+def _gradient(op_, dy):
+    """All seven input gradients through the fold, from TF ops so that second
+    derivatives compose:
+    dz = dy * (1 where z > 0 else alpha);  W' = filter * s
+    dx = conv2d_backprop_input(W', dz);  dW' = conv2d_backprop_filter(x, dz)
+    dfilter = dW' * s;  db' = sum(dz);  dconv_bias = db' * s;  dbn_mean = -db' * s;  dbn_beta = db'
+    ds = sum(dW' * filter) + db' * (conv_bias - bn_mean)
+    dbn_gamma = ds * rsqrt(var + eps);  dbn_variance = -ds * s / (2 (var + eps))."""
+    x, filt, conv_bias, bn_gamma, _, bn_mean, bn_variance = op_.inputs
+    epsilon, alpha = op_.get_attr("epsilon"), op_.get_attr("alpha")
+    conv = _conv_attrs(op_)
+    y = op_.outputs[0]
+    if alpha >= 0:
+        positive = y > 0  # y > 0 exactly where z > 0 when alpha >= 0
+    else:
+        w_fold, b_fold, _ = _fold(filt, conv_bias, bn_gamma, op_.inputs[4], bn_mean, bn_variance, epsilon)
+        z = tf.raw_ops.Conv2D(input=x, filter=w_fold, **conv) + b_fold
+        positive = z > 0
+    dz = tf.where(positive, dy, dy * tf.cast(alpha, dy.dtype))
+    rstd = tf.math.rsqrt(bn_variance + epsilon)
+    s = bn_gamma * rstd
+    dx = tf.raw_ops.Conv2DBackpropInput(input_sizes=tf.shape(x), filter=filt * s, out_backprop=dz, **conv)
+    dw_fold = tf.raw_ops.Conv2DBackpropFilter(input=x, filter_sizes=tf.shape(filt), out_backprop=dz, **conv)
+    db = tf.reduce_sum(dz, axis=[0, 1, 2])
+    ds = tf.reduce_sum(dw_fold * filt, axis=[0, 1, 2]) + db * (conv_bias - bn_mean)
+    d_gamma = ds * rstd
+    d_variance = -0.5 * ds * s / (bn_variance + epsilon)
+    return dx, dw_fold * s, db * s, d_gamma, db, -db * s, d_variance
+
+
+try:
+    tf.RegisterGradient(SPEC.name)(_gradient)
+except KeyError:  # the module was imported again (importlib.reload): the first registration stands
+    pass
