@@ -1,0 +1,175 @@
+"""`bridge export MODEL --to onnx|tflite|ge -o OUT`: one model, fused onto the custom
+ops, exported and verified against TensorFlow.
+
+The exporter interface. `--to X` runs the module `bridge.converters.export_X`
+(discovered from the folder: adding a target is adding one module), which has:
+
+    DESCRIPTION = "one line for --help"
+    MODES = ("custom", "lowered")   # the --mode choices, the first is the default; () if none
+    SUFFIX = ".onnx"                # default output name <model name><SUFFIX> when -o is absent
+    USES_OPSET = True               # optional: accepts --opset (else --opset is a usage error)
+    def add_arguments(group): ...   # optional: its own flags, on an argparse group
+                                    #   (names must not clash with the common flags below)
+    def export(source, output, *, mode, opset, fuse, seed, verbose, progress, **options) -> ExportResult
+
+- `source` is a `bridge.modelsource.ModelSource` (MODEL resolved, --input-shape /
+  --batch applied): `.kind`, `.model`, `.inputs`, `.output_names`,
+  `.function(model)` (a tf.function with the static input signature),
+  `.sample_inputs(seed=)`.
+- `options` holds the exporter's own flags (the dests its add_arguments created);
+  ignore the rest (`**_`).
+- `progress` is a `bridge.exporting.Progress`: wrap each long stage in
+  `with progress.stage("converting"):` (lines with elapsed seconds on stderr).
+- Return a `bridge.exporting.ExportResult`: files written (atomically: temp file +
+  os.replace), summary lines, and `checks` (per output: max error vs TensorFlow;
+  any failed check makes the command exit 1).
+- Raise `bridge.exporting.OptionError` for a bad option (exit 2) and
+  `bridge.exporting.ExportError` for a failed export (exit 1).
+- Import must be cheap: no TensorFlow at module import (this command imports
+  every exporter to build --help); import heavy things inside `export`.
+
+Common flags (this file): MODEL, --to, -o, --mode, --opset, --fuse/--no-fuse,
+--input-shape NAME:D,D,... (repeatable, the full shape, '?' = dynamic),
+--batch N, --seed S, --config KEY=VALUE (built-in models), --atol, -v, --json.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import logging
+import os
+import pkgutil
+import sys
+
+NAME = "export"
+HELP = "export a model (fused onto the custom ops) to ONNX, TFLite or Ascend, verified against TensorFlow"
+DESCRIPTION = __doc__.split("\n\n")[0]
+
+
+def targets():
+    """{to: module name} of every bridge.converters.export_<to> module present."""
+    from importlib.util import find_spec
+    spec = find_spec("bridge.converters")
+    found = {}
+    for info in pkgutil.iter_modules(spec.submodule_search_locations):
+        if info.name.startswith("export_"):
+            found[info.name[len("export_"):]] = f"bridge.converters.{info.name}"
+    return dict(sorted(found.items()))
+
+
+def _exporter(to):
+    return importlib.import_module(targets()[to])
+
+
+def add_arguments(p):
+    p.add_argument("model", metavar="MODEL",
+                   help="a built-in model name, a .keras file or a SavedModel directory")
+    p.add_argument("--to", required=True, choices=list(targets()), help="the target format")
+    p.add_argument("-o", "--output", help="the file (or folder) to write (default: MODEL name + the target's suffix)")
+    p.add_argument("--mode", help="the export mode; per target: " + "; ".join(
+        f"{to}: {'|'.join(getattr(m, 'MODES', ()) or ('-',))}" for to, m in _loaded_exporters().items()))
+    p.add_argument("--opset", type=int, help="ONNX opset (targets that write ONNX)")
+    p.add_argument("--fuse", action=argparse.BooleanOptionalAction, default=True,
+                   help="rewrite the Keras model onto the fused ops first (default: on)")
+    p.add_argument("--input-shape", action="append", metavar="NAME:D,D,...",
+                   help="static input shape, batch included ('?' keeps a dim dynamic); repeatable")
+    p.add_argument("--batch", type=int, help="fix the batch size of every input (default: dynamic)")
+    p.add_argument("--seed", type=int, default=0, help="seed of built-in weights and of the verification inputs")
+    p.add_argument("--config", action="append", metavar="KEY=VALUE", default=[],
+                   help="built-in model option, e.g. width=0.25 (repeatable)")
+    p.add_argument("--atol", type=float, help="verification tolerance (scaled by max(1, max|ref|)); "
+                                             "default per dtype as bridge parity")
+    p.add_argument("--no-verify", dest="verify", action="store_false", help="skip the run against TensorFlow")
+    p.add_argument("-v", "--verbose", action="store_true", help="show the converters' own logging")
+    p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    own = {}
+    for to, mod in _loaded_exporters().items():
+        add = getattr(mod, "add_arguments", None)
+        if add is None:
+            continue
+        group = p.add_argument_group(f"--to {to}")
+        before = len(group._group_actions)
+        add(group)
+        own[to] = [a.dest for a in group._group_actions[before:]]
+    p.set_defaults(_export_own_options=own)
+
+
+def _loaded_exporters():
+    mods = {}
+    for to in targets():
+        try:
+            mods[to] = _exporter(to)
+        except Exception:  # an exporter that cannot import still shows as a choice; run says why
+            pass
+    return mods
+
+
+def _config(items):
+    from bridge.cli import UsageError
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--config {item!r}: expected KEY=VALUE")
+        try:
+            out[key] = json.loads(value)
+        except ValueError:
+            out[key] = value
+    return out
+
+
+def run(args) -> int:
+    from bridge.cli import UsageError
+    from bridge import modelsource
+    from bridge.exporting import ExportError, OptionError, Progress
+    try:
+        mod = _exporter(args.to)
+    except Exception as e:
+        print(f"bridge export: the {args.to} exporter cannot be loaded: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    modes = tuple(getattr(mod, "MODES", ()))
+    if args.mode is not None and args.mode not in modes:
+        raise UsageError(f"--mode {args.mode}: --to {args.to} has modes {', '.join(modes) or '(none)'}")
+    if args.opset is not None and not getattr(mod, "USES_OPSET", False):
+        raise UsageError(f"--opset applies to targets that write ONNX, not to --to {args.to}")
+    if not args.verbose:
+        logging.getLogger("tensorflow").setLevel(logging.ERROR)
+    progress = Progress()  # stderr: --json output on stdout stays clean
+    try:
+        with progress.stage(f"loading {args.model}"):
+            source = modelsource.resolve(args.model, input_shapes=args.input_shape, batch=args.batch,
+                                         seed=args.seed, config=_config(args.config))
+    except modelsource.ModelSourceError as e:
+        raise UsageError(str(e)) from None
+    output = args.output or (source.name + getattr(mod, "SUFFIX", ""))
+    own = {d: getattr(args, d) for d in args._export_own_options.get(args.to, [])}
+    try:
+        result = mod.export(source, output, mode=args.mode or (modes[0] if modes else None), opset=args.opset,
+                            fuse=args.fuse, seed=args.seed, verbose=args.verbose, progress=progress,
+                            atol=args.atol, verify=args.verify, **own)
+    except (OptionError, modelsource.ModelSourceError) as e:
+        raise UsageError(str(e)) from None
+    except ExportError as e:
+        print(f"bridge export: {e}", file=sys.stderr)
+        return 1
+    _print(result, args.json)
+    return 0 if result.ok else 1
+
+
+def _print(result, as_json: bool) -> None:
+    from bridge.table import render
+    if as_json:
+        out = {"output": result.output, "format": result.format, "files": result.files, "ok": result.ok,
+               "checks": [dict(vars(c)) for c in result.checks], "seconds": result.seconds,
+               "details": result.details}
+        print(json.dumps(out, indent=1, default=str))
+        return
+    for line in result.summary:
+        print(line)
+    if result.checks:
+        rows = [[c.output, c.max_abs_error, c.allowed, "ok" if c.passed else "FAILED"] for c in result.checks]
+        colours = [[None, None, None, "green" if c.passed else "red"] for c in result.checks]
+        print(render(["output", "max abs error vs TF", "allowed", "verdict"], rows, colours))
+    else:
+        print("not verified (--no-verify)")

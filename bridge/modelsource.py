@@ -1,0 +1,370 @@
+"""The MODEL argument of `bridge export` / `bridge parity`, resolved once.
+
+    from bridge import modelsource
+    src = modelsource.resolve("yolov3-tiny", input_shapes=["1,96,96,3"], batch=None, seed=0)
+    src.kind            # "builtin" | "keras" | "savedmodel" | "onnx"
+    src.inputs          # [TensorInfo(name, shape with None for dynamic dims, dtype)]
+    src.output_names    # in the model's own order (Keras output names)
+    src.model           # keras.Model / the loaded SavedModel object / onnx.ModelProto
+    fn = src.function()             # tf.function(input_signature=src.signature()) -> {output name: tensor}
+    feeds = src.sample_inputs(seed=0)   # {input name: ndarray}, dynamic dims filled in
+
+MODEL is a built-in name (bridge.models.names()), a `.keras` file, a SavedModel
+directory (its `serving_default` signature) or an `.onnx` file. `--input-shape`
+items are `NAME:D,D,...` with the FULL shape, batch included; `?` keeps a dim
+dynamic; a single item without NAME applies to the only input. `--batch N` fixes
+dim 0 of every input; without it the batch stays dynamic unless a shape fixes it.
+
+Bad arguments raise `ModelSourceError` (a ValueError; the CLI exits 2). Nothing
+here imports TensorFlow until a TF model is resolved, so `.onnx` sources work on
+a machine with onnxruntime only.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+Dims = Tuple[Optional[int], ...]
+
+
+class ModelSourceError(ValueError):
+    """A MODEL argument or an input shape that cannot be used; the message says why."""
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    shape: Dims                 # None: dynamic
+    dtype: str                  # numpy name
+
+
+def _dims(shape) -> str:
+    return "[" + ",".join("?" if d is None else str(d) for d in shape) + "]"
+
+
+# -- --input-shape ---------------------------------------------------------
+def parse_input_shapes(items: Union[None, Sequence[str], Mapping[str, Sequence]]) -> Dict[str, Dims]:
+    """`["image:1,96,96,3", "mask:?,128"]` -> {"image": (1,96,96,3), "mask": (None,128)}.
+    An item without NAME gets the key "" (the only input). Dicts pass through."""
+    if not items:
+        return {}
+    if isinstance(items, Mapping):
+        return {k: tuple(None if d in (None, -1, "?") else int(d) for d in v) for k, v in items.items()}
+    out: Dict[str, Dims] = {}
+    for item in items:
+        name, sep, text = str(item).rpartition(":")
+        if not sep:
+            name, text = "", str(item)
+        try:
+            shape = tuple(None if d.strip() in ("?", "-1") else int(d) for d in text.split(","))
+        except ValueError:
+            raise ModelSourceError(f"--input-shape {item!r}: expected NAME:D,D,... (the full shape, batch first; "
+                                   f"'?' for a dynamic dim), e.g. image:1,416,416,3") from None
+        if any(d is not None and d < 0 for d in shape):
+            raise ModelSourceError(f"--input-shape {item!r}: dims must be non-negative integers or '?'")
+        if name in out:
+            raise ModelSourceError(f"--input-shape {item!r}: input {name or '(unnamed)'!r} given twice")
+        out[name] = shape
+    return out
+
+
+def apply_shapes(inputs: Sequence[TensorInfo], shapes: Mapping[str, Dims], batch: Optional[int]) -> List[TensorInfo]:
+    """The model's inputs with --input-shape and --batch applied (checked against the model)."""
+    shapes = dict(shapes)
+    if "" in shapes:
+        if len(inputs) != 1:
+            raise ModelSourceError(f"--input-shape {_dims(shapes[''])} without a NAME needs a model with one input; "
+                                   f"this one has {[i.name for i in inputs]}: write NAME:D,D,...")
+        shapes[inputs[0].name] = shapes.pop("")
+    unknown = sorted(set(shapes) - {i.name for i in inputs})
+    if unknown:
+        raise ModelSourceError(f"--input-shape {unknown[0]}: the model has no input {unknown[0]!r}; "
+                               f"its inputs: {', '.join(f'{i.name}{_dims(i.shape)}' for i in inputs)}")
+    if batch is not None and batch < 1:
+        raise ModelSourceError(f"--batch {batch}: must be >= 1")
+    out = []
+    for info in inputs:
+        shape = list(info.shape)
+        if info.name in shapes:
+            given = shapes[info.name]
+            if len(given) != len(shape):
+                raise ModelSourceError(f"--input-shape {info.name}:{_dims(given)[1:-1]}: {len(given)} dims given, "
+                                       f"input {info.name!r} has rank {len(shape)} {_dims(info.shape)}")
+            for i, (g, fixed) in enumerate(zip(given, shape)):
+                if g is not None and fixed is not None and g != fixed:
+                    raise ModelSourceError(f"--input-shape {info.name}:{_dims(given)[1:-1]}: dim {i} is fixed to "
+                                           f"{fixed} by the model {_dims(info.shape)}")
+                shape[i] = g if g is not None else fixed
+        if batch is not None and shape:
+            if info.shape and info.shape[0] is not None and info.shape[0] != batch:
+                raise ModelSourceError(f"--batch {batch}: input {info.name!r} has a fixed batch of {info.shape[0]}")
+            shape[0] = batch
+        out.append(replace(info, shape=tuple(shape)))
+    return out
+
+
+# -- the resolved model ----------------------------------------------------
+@dataclass
+class ModelSource:
+    arg: str                        # the MODEL argument as given
+    kind: str                       # builtin | keras | savedmodel | onnx
+    name: str                       # a short name (built-in name or file stem)
+    model: Any                      # keras.Model | loaded SavedModel | onnx.ModelProto
+    inputs: List[TensorInfo]
+    output_names: List[str]
+    path: Optional[str] = None
+    config: Dict[str, Any] = field(default_factory=dict)   # built-in build() arguments
+    _signature_fn: Any = field(default=None, repr=False)   # SavedModel: the serving signature
+
+    @property
+    def is_keras(self) -> bool:
+        return self.kind in ("builtin", "keras")
+
+    def describe(self) -> str:
+        what = {"builtin": "built-in model", "keras": "Keras file", "savedmodel": "SavedModel",
+                "onnx": "ONNX model"}[self.kind]
+        ins = ", ".join(f"{i.name}{_dims(i.shape)}:{i.dtype}" for i in self.inputs)
+        return f"{what} {self.path or self.name} (inputs {ins}; outputs {', '.join(self.output_names)})"
+
+    def signature(self):
+        """tf.TensorSpecs of the inputs (names kept: they become the ONNX input names)."""
+        import tensorflow as tf
+        return [tf.TensorSpec(i.shape, tf.as_dtype(i.dtype), name=i.name) for i in self.inputs]
+
+    def function(self, model=None):
+        """A tf.function over the inputs returning {output name: tensor}. `model`
+        replaces the Keras model (e.g. the fused one, same inputs and outputs)."""
+        import tensorflow as tf
+        if self.kind == "onnx":
+            raise ModelSourceError(f"{self.arg} is already an ONNX model; there is no TensorFlow function to trace")
+        names = list(self.output_names)
+        if self.kind == "savedmodel" and model is None:
+            sig = self._signature_fn
+            keys = [i.name for i in self.inputs]
+
+            def call(*args):
+                out = sig(**dict(zip(keys, args)))
+                return {n: out[n] for n in names}
+        else:
+            keras_model = model if model is not None else self.model
+
+            def call(*args):
+                out = keras_model(list(args) if len(args) > 1 else args[0], training=False)
+                if isinstance(out, Mapping):
+                    return {n: out[n] for n in names}
+                out = list(out) if isinstance(out, (list, tuple)) else [out]
+                return dict(zip(names, out))
+        return tf.function(call, input_signature=self.signature(), autograph=False)
+
+    def concrete_shapes(self, batch: int = 1) -> Dict[str, Tuple[int, ...]]:
+        """Input shapes for one run: a dynamic batch becomes `batch`; any other
+        dynamic dim is an error naming the --input-shape that fixes it."""
+        out = {}
+        for i in self.inputs:
+            shape = list(i.shape)
+            if shape and shape[0] is None:
+                shape[0] = batch
+            if any(d is None for d in shape):
+                raise ModelSourceError(f"input {i.name!r} has dynamic dims {_dims(i.shape)}: fix them with --input-shape "
+                                       f"{i.name}:" + ",".join("D" if d is None else str(d) for d in shape))
+            out[i.name] = tuple(shape)
+        return out
+
+    def sample_inputs(self, batch: int = 1, seed: int = 0) -> Dict[str, np.ndarray]:
+        """Random realistic inputs: the built-in models' own sampler where it fits
+        (token ids within the vocabulary), else floats in (0, 1] and small integers."""
+        shapes = self.concrete_shapes(batch)
+        if self.is_keras:
+            try:
+                from bridge import models
+                got = models.sample_inputs(self.model, batch=batch, seed=seed)
+                if not isinstance(got, Mapping):
+                    got = dict(zip([i.name for i in self.inputs], got if isinstance(got, (list, tuple)) else [got]))
+                got = {k: np.asarray(v) for k, v in got.items()}
+                if {k: v.shape for k, v in got.items()} == shapes:
+                    return got
+            except Exception:  # a model the sampler does not know: the generic one below
+                pass
+        rng = np.random.default_rng(seed)
+        out = {}
+        for i in self.inputs:
+            dt = np.dtype(i.dtype)
+            if dt.kind == "f":
+                out[i.name] = (1.0 - rng.random(shapes[i.name])).astype(dt)  # (0, 1]: never zero
+            elif dt.kind in "iu":
+                out[i.name] = rng.integers(0, 2, shapes[i.name]).astype(dt)
+            elif dt.kind == "b":
+                out[i.name] = rng.integers(0, 2, shapes[i.name]).astype(bool)
+            else:
+                raise ModelSourceError(f"input {i.name!r}: cannot generate data of dtype {i.dtype}")
+        return out
+
+
+# -- resolving the MODEL argument -------------------------------------------
+def builtin_names() -> List[str]:
+    try:
+        from bridge import models
+        return list(models.names())
+    except Exception:
+        return []
+
+
+def resolve(arg: str, input_shapes=None, batch: Optional[int] = None, seed: int = 0,
+            config: Optional[Mapping[str, Any]] = None) -> ModelSource:
+    """The MODEL argument -> ModelSource (see the module doc)."""
+    shapes = parse_input_shapes(input_shapes)
+    config = dict(config or {})
+    path = os.path.expanduser(arg)
+    if arg in builtin_names():
+        src = _builtin(arg, shapes, seed, config)
+    elif os.path.isdir(path):
+        if not os.path.exists(os.path.join(path, "saved_model.pb")):
+            raise ModelSourceError(f"{arg} is a directory but not a SavedModel (no saved_model.pb in it)")
+        src = _savedmodel(path)
+    elif path.endswith(".keras"):
+        _must_exist(arg, path)
+        src = _keras_file(path)
+    elif path.endswith(".onnx"):
+        _must_exist(arg, path)
+        src = _onnx_file(path)
+    else:
+        known = ", ".join(builtin_names()) or "(bridge.models is not importable)"
+        raise ModelSourceError(f"unknown model {arg!r}: not a built-in model ({known}), nor a .keras file, "
+                               f"a SavedModel directory or an .onnx file")
+    if config and src.kind != "builtin":
+        raise ModelSourceError(f"--config applies to built-in models only, not to {arg}")
+    src.arg = arg
+    src.inputs = apply_shapes(src.inputs, shapes, batch)
+    return src
+
+
+def from_object(obj, input_shapes=None, batch: Optional[int] = None) -> ModelSource:
+    """A model already in memory: a Keras model or a loaded SavedModel object."""
+    shapes = parse_input_shapes(input_shapes)
+    if hasattr(obj, "inputs") and hasattr(obj, "outputs") and callable(obj):
+        inputs, outputs = _keras_infos(obj)
+        src = ModelSource(arg=getattr(obj, "name", "model"), kind="keras", name=getattr(obj, "name", "model"),
+                          model=obj, inputs=inputs, output_names=outputs)
+    elif "serving_default" in getattr(obj, "signatures", {}):
+        src = _savedmodel_object(obj, getattr(obj, "name", "savedmodel"))
+    else:
+        raise ModelSourceError(f"cannot use {type(obj).__name__} as a model: expected a Keras model or a loaded "
+                               f"SavedModel with a serving_default signature")
+    src.inputs = apply_shapes(src.inputs, shapes, batch)
+    return src
+
+
+def _must_exist(arg, path):
+    if not os.path.isfile(path):
+        raise ModelSourceError(f"no such file: {arg}")
+
+
+def _keras_infos(model) -> Tuple[List[TensorInfo], List[str]]:
+    inputs = [TensorInfo(t.name, tuple(None if d is None else int(d) for d in t.shape), np.dtype(t.dtype).name)
+              for t in model.inputs]
+    outputs = list(getattr(model, "output_names", None) or [getattr(t, "name", f"output_{i}")
+                                                           for i, t in enumerate(model.outputs)])
+    return inputs, outputs
+
+
+def _builtin(name, shapes, seed, config) -> ModelSource:
+    from bridge import models
+    if shapes and "input_size" not in config:
+        size = _input_size_from(shapes)
+        if size is not None:
+            config["input_size"] = size
+    try:
+        model = models.build(name, seed=seed, **config)
+    except (TypeError, ValueError) as e:
+        raise ModelSourceError(f"cannot build {name} with {config}: {e}") from None
+    inputs, outputs = _keras_infos(model)
+    return ModelSource(arg=name, kind="builtin", name=name, model=model, inputs=inputs, output_names=outputs,
+                       config=dict(config, seed=seed))
+
+
+def _input_size_from(shapes) -> Optional[Union[int, Tuple[int, int]]]:
+    """A built-in model's input_size from the shapes given: H (or (H, W)) of
+    images [N,H,W,C], the sequence length of tokens [N,S]; None when the shapes
+    do not agree on one."""
+    sizes = set()
+    for shape in shapes.values():
+        if len(shape) == 4 and None not in shape[1:3]:
+            sizes.add(shape[1] if shape[1] == shape[2] else (shape[1], shape[2]))
+        elif len(shape) == 2 and shape[1] is not None:
+            sizes.add(shape[1])
+        else:
+            return None
+    return sizes.pop() if len(sizes) == 1 else None
+
+
+def _load_keras_support():
+    """Registers the fused Keras layers (bridge.converters) so .keras files that use them load."""
+    import bridge.tf_ops  # noqa: F401  the op library, before any graph with the ops loads
+    try:
+        from bridge import models
+        models.register_layers()
+    except (ImportError, AttributeError):
+        pass
+
+
+def _keras_file(path) -> ModelSource:
+    _load_keras_support()
+    import keras
+    try:
+        model = keras.saving.load_model(path)
+    except Exception as e:
+        raise ModelSourceError(f"cannot load the Keras file {path}: {type(e).__name__}: {e}") from None
+    inputs, outputs = _keras_infos(model)
+    return ModelSource(arg=path, kind="keras", name=_stem(path), model=model, inputs=inputs,
+                       output_names=outputs, path=path)
+
+
+def _savedmodel(path) -> ModelSource:
+    _load_keras_support()  # the op library must be loaded before a SavedModel with the ops reloads
+    import tensorflow as tf
+    try:
+        obj = tf.saved_model.load(path)
+    except Exception as e:
+        raise ModelSourceError(f"cannot load the SavedModel {path}: {type(e).__name__}: {str(e).splitlines()[0]}") from None
+    if "serving_default" not in getattr(obj, "signatures", {}):
+        raise ModelSourceError(f"the SavedModel {path} has no 'serving_default' signature; save it with "
+                               f"signatures=... or a tf.function __call__ with an input_signature")
+    src = _savedmodel_object(obj, _stem(path))
+    src.path = path
+    return src
+
+
+def _savedmodel_object(obj, name) -> ModelSource:
+    sig = obj.signatures["serving_default"]
+    specs = sig.structured_input_signature[1]
+    inputs = [TensorInfo(k, tuple(None if d is None else int(d) for d in spec.shape), np.dtype(spec.dtype.as_numpy_dtype).name)
+              for k, spec in sorted(specs.items())]
+    outputs = list(sig.structured_outputs)
+    return ModelSource(arg=name, kind="savedmodel", name=name, model=obj, inputs=inputs,
+                       output_names=outputs, _signature_fn=sig)
+
+
+def _onnx_file(path) -> ModelSource:
+    import onnx
+    try:
+        model = onnx.load(path, load_external_data=False)
+    except Exception as e:
+        raise ModelSourceError(f"cannot read the ONNX file {path}: {type(e).__name__}: {e}") from None
+    init = {t.name for t in model.graph.initializer}
+    inputs = []
+    for v in model.graph.input:
+        if v.name in init:
+            continue
+        t = v.type.tensor_type
+        shape = tuple(d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim)
+        inputs.append(TensorInfo(v.name, shape, np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.elem_type)).name))
+    return ModelSource(arg=path, kind="onnx", name=_stem(path), model=model, inputs=inputs,
+                       output_names=[o.name for o in model.graph.output], path=path)
+
+
+def _stem(path) -> str:
+    base = os.path.basename(os.path.normpath(path))
+    return base.rsplit(".", 1)[0] if "." in base else base

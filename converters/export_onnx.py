@@ -1,0 +1,469 @@
+"""`bridge export MODEL --to onnx`: a TensorFlow model with the fused ops to ONNX.
+
+Two modes:
+- custom: every fused op is one `com.bridge` node with the spec's ONNX attributes,
+  plus a model-local function per op type (any runtime can run it; onnxruntime
+  with bridge's kernel library runs the native kernels instead) and the
+  com.bridge opset_import.
+- lowered: the same export with every com.bridge node inlined into its function
+  body: standard ONNX only, the same graph by construction.
+
+The pipeline (`export`): fuse the Keras model (bridge.converters.fuse) -> trace a
+tf.function with a static input signature -> tf2onnx with the com.bridge
+handlers -> refuse unsupported ops -> add functions (or inline) -> the full
+checker -> write atomically (external data above ~2 GB) -> run TensorFlow and
+onnxruntime on the same random inputs and report the max error per output.
+
+Importing this module is cheap (no TensorFlow): the CLI imports every exporter
+to build its --help.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import tempfile
+from typing import Dict, List, Mapping, Optional, Sequence
+
+import numpy as np
+
+from bridge.exporting import Check, ExportError, ExportResult, OptionError, Progress, quiet
+
+DESCRIPTION = "ONNX: fused ops as com.bridge nodes with function bodies (custom) or standard ops only (lowered)"
+MODES = ("custom", "lowered")     # the first is the default
+SUFFIX = ".onnx"
+USES_OPSET = True
+# tf2onnx 1.17 knows opsets up to 18 (tf2onnx.constants.OPSET_TO_IR_VERSION), as
+# the com.bridge function bodies do (onnx_plugins.MAX_OPSET); they start at
+# onnx_plugins.MIN_FUNCTION_OPSET (13).
+DEFAULT_OPSET = 18
+# Protobuf cannot serialise a message over 2 GiB; stay clear of it with the graph around the weights.
+EXTERNAL_DATA_BYTES = 1_800_000_000
+TF2ONNX_LOGGERS = ("tf2onnx",)
+
+
+def opset_range() -> range:
+    """Opsets both tf2onnx and the com.bridge function bodies support."""
+    from tf2onnx import constants
+    import onnx
+    from bridge import onnx_plugins
+    top = min(max(constants.OPSET_TO_IR_VERSION), onnx.defs.onnx_opset_version(), onnx_plugins.MAX_OPSET)
+    return range(onnx_plugins.MIN_FUNCTION_OPSET, top + 1)
+
+
+def check_opset(opset: Optional[int]) -> int:
+    if opset is None:
+        return DEFAULT_OPSET
+    ok = opset_range()
+    if int(opset) not in ok:
+        raise OptionError(f"--opset {opset}: supported opsets are {ok.start}..{ok.stop - 1} "
+                          f"(the newest tf2onnx and the com.bridge function bodies both support)")
+    return int(opset)
+
+
+def check_mode(mode: Optional[str]) -> str:
+    mode = mode or MODES[0]
+    if mode not in MODES:
+        raise OptionError(f"--mode {mode}: the ONNX export has modes {', '.join(MODES)}")
+    return mode
+
+
+# -- tf2onnx -------------------------------------------------------------------
+class _Capture(logging.Handler):
+    """Keeps what tf2onnx logs as errors: with continue_on_error (always on in
+    from_function) a failed handler or an unsupported op is only a log line."""
+
+    def __init__(self):
+        super().__init__(level=logging.ERROR)
+        self.records: List[logging.LogRecord] = []
+
+    def emit(self, record):
+        self.records.append(record)
+
+    def exceptions(self) -> List[BaseException]:
+        return [r.exc_info[1] for r in self.records if r.exc_info and r.exc_info[1] is not None]
+
+
+@contextlib.contextmanager
+def _tf2onnx_logging(verbose: bool):
+    """tf2onnx is chatty (and prints "Cannot infer shape" for custom ops): quiet
+    unless verbose, while its errors are always captured."""
+    capture = _Capture()
+    saved = []
+    for name in TF2ONNX_LOGGERS:
+        lg = logging.getLogger(name)
+        saved.append((lg, lg.level, lg.propagate))
+        lg.addHandler(capture)
+        lg.setLevel(logging.INFO if verbose else logging.ERROR)
+        lg.propagate = verbose
+    try:
+        yield capture
+    finally:
+        for lg, level, propagate in saved:
+            lg.removeHandler(capture)
+            lg.setLevel(level)
+            lg.propagate = propagate
+
+
+@contextlib.contextmanager
+def _optimizer_errors(catch: bool):
+    """tf2onnx deep-copies the whole graph, weights included, before each of its
+    ~24 optimizer passes so that it can roll a failed pass back
+    (TF2ONNX_CATCH_ERRORS). On YOLOv3 that is most of the conversion time and
+    ~15 GB of memory; bridge converts without the copies and retries with them
+    only if a pass fails."""
+    from tf2onnx import constants
+    key = constants.ENV_TF2ONNX_CATCH_ERRORS
+    previous = os.environ.get(key)
+    os.environ[key] = "TRUE" if catch else "FALSE"
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = previous
+
+
+@contextlib.contextmanager
+def _numpy2_compat(needed: bool):
+    """tf2onnx 1.17's large-model path calls np.product, which numpy 2 removed."""
+    added = needed and not hasattr(np, "product")
+    if added:
+        np.product = np.prod
+    try:
+        yield
+    finally:
+        if added:
+            del np.product
+
+
+def unsupported_nodes(model, opset: int) -> Dict[str, List[str]]:
+    """{op type: [node names]} of nodes that are neither standard ONNX at `opset`
+    nor a com.bridge op: what tf2onnx leaves behind for an op it cannot convert."""
+    import onnx
+    from bridge import ops as specs
+    local = {(f.domain, f.name) for f in model.functions}
+    versions = {o.domain: o.version for o in model.opset_import}
+    bad: Dict[str, List[str]] = {}
+
+    def visit(graph):
+        for node in graph.node:
+            domain = node.domain or ""
+            ok = False
+            if domain == specs.DOMAIN:
+                ok = node.op_type in specs.SPECS
+            elif (domain, node.op_type) in local:
+                ok = True
+            elif domain in ("", "ai.onnx", "ai.onnx.ml"):
+                try:
+                    onnx.defs.get_schema(node.op_type, versions.get(domain, opset), domain)
+                    ok = True
+                except onnx.defs.SchemaError:
+                    ok = False
+            if not ok:
+                label = node.op_type if domain in ("", "ai.onnx") else f"{domain}::{node.op_type}"
+                bad.setdefault(label, []).append(node.name)
+            for a in node.attribute:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    visit(a.g)
+                for g in a.graphs:
+                    visit(g)
+    visit(model.graph)
+    return bad
+
+
+def _unsupported_message(bad: Dict[str, List[str]]) -> str:
+    lines = ["tf2onnx cannot convert these ops (the model would be invalid):"]
+    for op, nodes in sorted(bad.items()):
+        shown = ", ".join(nodes[:3]) + (f", ... ({len(nodes)} nodes)" if len(nodes) > 3 else "")
+        lines.append(f"  {op}: {shown}")
+    lines.append("Fix: rewrite the model without them, or add a tf2onnx handler: a module with "
+                 "`@tf2onnx.handler.tf_op(\"OpName\")` and a `version_N(cls, ctx, node, **kw)` classmethod, "
+                 "imported before the export (bridge's own handlers are converters/<op>.py; a fused op of "
+                 "bridge also needs its spec in bridge/ops).")
+    return "\n".join(lines)
+
+
+def _handler_failures(capture: _Capture) -> Optional[Exception]:
+    from bridge.ops import OpError
+    excs = capture.exceptions()
+    for e in excs:
+        if isinstance(e, OpError):  # names op, argument and shapes: the best message there is
+            return ExportError(f"converting failed: {e}")
+    if excs:
+        first = [r for r in capture.records if r.exc_info][0]
+        return ExportError(f"tf2onnx failed to convert a node: {first.getMessage().splitlines()[0]}: "
+                           f"{type(excs[0]).__name__}: {excs[0]}")
+    return None
+
+
+def convert_raw(fn, input_signature, *, opset: int, output_names: Optional[Sequence[str]] = None,
+                verbose: bool = False, large: bool = False):
+    """tf2onnx with the com.bridge handlers, nothing added: (model with bare
+    com.bridge nodes, external tensor data). Refuses unsupported ops and failed
+    handlers (ExportError). Any opset tf2onnx supports: for exporters that post-
+    process the nodes themselves (--to ge at opset 11)."""
+    import tf2onnx
+    from bridge import onnx_plugins  # noqa: F401  registers the com.bridge schemas (output shapes)
+    from .tf2onnx_common import custom_opset, register_all
+    register_all()
+    for catch in (False, True):
+        with _tf2onnx_logging(verbose) as capture, _numpy2_compat(large), _optimizer_errors(catch):
+            try:
+                model, storage = tf2onnx.convert.from_function(
+                    fn, input_signature=list(input_signature), opset=opset, extra_opset=custom_opset(),
+                    large_model=large)
+                break
+            except Exception as e:
+                failure = _handler_failures(capture)
+                if failure is not None:
+                    raise failure from e
+                if not catch:
+                    continue  # an optimizer pass failed: again, with tf2onnx skipping failed passes
+                raise ExportError(f"tf2onnx failed: {type(e).__name__}: {e}") from e
+    failure = _handler_failures(capture)
+    if failure is not None:
+        raise failure
+    bad = unsupported_nodes(model, opset)
+    if bad:
+        raise ExportError(_unsupported_message(bad))
+    if output_names:
+        _order_outputs(model, output_names)
+    _fill_output_types(model)
+    external = dict(storage.name_to_tensor_data) if large and storage is not None else {}
+    return model, external
+
+
+def convert(fn, input_signature, *, opset: int = DEFAULT_OPSET, mode: str = "custom",
+            output_names: Optional[Sequence[str]] = None, verbose: bool = False, large: bool = False):
+    """A tf.function -> (onnx.ModelProto in `mode`, external tensor data). With
+    `large`, tf2onnx keeps big tensors out of the proto (protobuf's 2 GiB limit):
+    they come back as {location: bytes}, which `save` writes out; else {}."""
+    from bridge import onnx_plugins
+    opset = check_opset(opset)
+    mode = check_mode(mode)
+    model, external = convert_raw(fn, input_signature, opset=opset, output_names=output_names, verbose=verbose,
+                                  large=large)
+    model = onnx_plugins.add_functions(model, opset)
+    if mode == "lowered":
+        model = onnx_plugins.inline_custom_ops(model)
+    _fill_output_types(model)
+    return model, external
+
+
+def _fill_output_types(model) -> None:
+    """Outputs TensorFlow could not shape (tf2onnx leaves them without a shape,
+    which the full checker rejects) get ONNX's inferred type: the com.bridge
+    schemas (registered by bridge.onnx_plugins) know the ops' shapes."""
+    import onnx
+    missing = [o for o in model.graph.output if not o.type.tensor_type.HasField("shape")]
+    if not missing:
+        return
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    except Exception:  # the checker will then say what is wrong
+        return
+    known = {v.name: v for v in list(inferred.graph.value_info) + list(inferred.graph.output)}
+    for o in missing:
+        v = known.get(o.name)
+        if v is not None and v.type.tensor_type.HasField("shape"):
+            o.type.CopyFrom(v.type)
+
+
+def _order_outputs(model, names: Sequence[str]) -> None:
+    """TensorFlow sorts a returned dict by key; put the outputs back in the model's order."""
+    by_name = {o.name: o for o in model.graph.output}
+    if set(names) != set(by_name):
+        return
+    ordered = [type(by_name[n])() for n in names]
+    for o, n in zip(ordered, names):
+        o.CopyFrom(by_name[n])
+    del model.graph.output[:]
+    model.graph.output.extend(ordered)
+
+
+# -- writing -------------------------------------------------------------------
+def save(model, path: str, external: bool = False, storage: Optional[Mapping[str, bytes]] = None,
+         check: bool = True) -> List[str]:
+    """Writes `model` to `path` atomically (a temp folder next to it, checked with
+    the full checker there, then renamed into place). `external`: tensors of
+    EXTERNAL_TENSOR_MIN_BYTES or more go to `<path>.data` (ONNX external data), with
+    `storage` holding the bytes tf2onnx already kept out of the proto. Returns the
+    files written."""
+    import onnx
+    path = os.path.abspath(path)
+    folder = os.path.dirname(path)
+    os.makedirs(folder, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.", dir=folder)
+    try:
+        files = [path]
+        tmp_model = os.path.join(tmp, os.path.basename(path))
+        if external:
+            data_name = os.path.basename(path) + ".data"
+            _write_external(model, storage or {}, os.path.join(tmp, data_name), data_name)
+            files.append(os.path.join(folder, data_name))
+        with open(tmp_model, "wb") as f:
+            f.write(model.SerializeToString())
+        if check:
+            try:
+                onnx.checker.check_model(tmp_model, full_check=True)
+            except Exception as e:
+                raise ExportError(f"the exported model fails onnx.checker (full check): {e}") from e
+        for name in sorted(os.listdir(tmp), key=lambda n: n == os.path.basename(path)):  # data first, model last
+            os.replace(os.path.join(tmp, name), os.path.join(folder, name))
+        return files
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+EXTERNAL_TENSOR_MIN_BYTES = 1024
+
+
+def _write_external(model, storage: Mapping[str, bytes], data_path: str, data_name: str) -> None:
+    """Moves every large tensor into one data file (offsets 4 KiB-aligned, as onnx
+    does), whether tf2onnx kept it out already (`storage`) or it is inline."""
+    from onnx.external_data_helper import _get_all_tensors
+    import onnx
+    with open(data_path, "wb") as f:
+        for t in _get_all_tensors(model):
+            if t.data_location == onnx.TensorProto.EXTERNAL:
+                info = {e.key: e.value for e in t.external_data}
+                data = storage.get(info.get("location"))
+                if data is None:
+                    raise ExportError(f"tensor {t.name!r}: its external data {info.get('location')!r} is missing")
+            elif t.HasField("raw_data") and len(t.raw_data) >= EXTERNAL_TENSOR_MIN_BYTES:
+                data = t.raw_data
+            else:
+                continue
+            f.write(b"\0" * ((-f.tell()) % 4096))
+            offset = f.tell()
+            f.write(data)
+            t.ClearField("raw_data")
+            t.data_location = onnx.TensorProto.EXTERNAL
+            del t.external_data[:]
+            for k, v in (("location", data_name), ("offset", str(offset)), ("length", str(len(data)))):
+                e = t.external_data.add()
+                e.key, e.value = k, v
+
+
+# -- verifying -----------------------------------------------------------------
+def run_onnx(path_or_model, feeds: Mapping[str, np.ndarray], mode: str) -> Dict[str, np.ndarray]:
+    """Runs the export on onnxruntime: with bridge's native kernels in custom mode."""
+    from bridge import onnx_plugins
+    import onnxruntime as ort
+    if mode == "custom" and isinstance(path_or_model, str) and _has_external_data(path_or_model):
+        # onnx_plugins.session re-serialises the model, which a > 2 GB model cannot survive;
+        # the export already holds its functions, so the file goes to onnxruntime as it is
+        so = ort.SessionOptions()
+        so.add_session_config_entry(onnx_plugins.CONFIG_KEY, ",".join(onnx_plugins.native_ops("all")))
+        so.register_custom_ops_library(str(onnx_plugins.ort_library_path()))
+        sess = ort.InferenceSession(path_or_model, sess_options=so, providers=["CPUExecutionProvider"])
+    elif mode == "custom":
+        sess = onnx_plugins.session(path_or_model, kernels="all")
+    else:
+        src = path_or_model if isinstance(path_or_model, str) else path_or_model.SerializeToString()
+        sess = ort.InferenceSession(src, providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    return dict(zip(names, sess.run(names, dict(feeds))))
+
+
+def _has_external_data(path: str) -> bool:
+    return os.path.exists(path + ".data")
+
+
+def compare_outputs(got: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray],
+                    atol: Optional[float] = None) -> List[Check]:
+    """Per output: max |got - ref| against the parity rule (bridge.parity.compare)."""
+    from bridge.parity.compare import Tolerance, compare
+    checks = []
+    for name, r in ref.items():
+        r = np.asarray(r)
+        if name not in got:
+            checks.append(Check(name, float("nan"), 0.0, False, f"missing in the export (it has {sorted(got)})"))
+            continue
+        tol = Tolerance.for_dtype(r.dtype).with_overrides(atol=atol)
+        c = compare(np.asarray(got[name]), r, tol)
+        checks.append(Check(name, float(c.max_abs_error), float(c.atol_effective), bool(c.passed), c.note))
+    return checks
+
+
+# -- the pipeline ----------------------------------------------------------------
+def _fuse(model, progress: Progress, summary: List[str], details: dict):
+    from bridge import converters
+    with progress.stage("fusing"):
+        fused, report = converters.fuse(model)
+    text = report.summary() if callable(getattr(report, "summary", None)) else str(report)
+    summary.append(text)
+    to_json = getattr(report, "to_json", None)
+    details["fusion"] = to_json() if callable(to_json) else text
+    return fused
+
+
+def _variable_bytes(concrete) -> int:
+    return sum(int(v.shape.num_elements() or 0) * v.dtype.size for v in concrete.variables)
+
+
+def export(source, output: str, *, mode: Optional[str] = None, opset: Optional[int] = None, fuse: bool = True,
+           seed: int = 0, verbose: bool = False, progress: Optional[Progress] = None, atol: Optional[float] = None,
+           verify: bool = True, external_data: Optional[bool] = None, **_) -> ExportResult:
+    """The `--to onnx` exporter (interface: bridge/commands/export.py)."""
+    progress = progress or quiet()
+    mode = check_mode(mode)
+    opset = check_opset(opset)
+    if source.kind == "onnx":
+        raise OptionError(f"{source.arg} is already an ONNX model")
+    summary: List[str] = []
+    details: dict = {"mode": mode, "opset": opset}
+    model = source.model
+    if fuse and source.is_keras:
+        model = _fuse(model, progress, summary, details)
+    elif fuse:
+        summary.append(f"{source.kind}: exported as saved (fusion rewrites Keras models only)")
+    with progress.stage("tracing"):
+        fn = source.function(model if source.is_keras else None)
+        concrete = fn.get_concrete_function()
+        large = _variable_bytes(concrete) > EXTERNAL_DATA_BYTES if external_data is None else bool(external_data)
+    with progress.stage("converting"):
+        onnx_model, external = convert(fn, source.signature(), opset=opset, mode=mode,
+                                       output_names=source.output_names, verbose=verbose, large=large)
+    with progress.stage("checking"):
+        files = save(onnx_model, output, external=large, storage=external)
+    counts = _op_counts(onnx_model)
+    details.update(nodes=sum(counts.values()), custom_nodes={k: v for k, v in counts.items() if "::" in k},
+                   external_data=large)
+    custom = ", ".join(f"{v} {k.split('::')[1]}" for k, v in sorted(counts.items()) if "::" in k)
+    summary.append(f"wrote {files[0]} ({mode}, opset {opset}, {sum(counts.values())} nodes"
+                   + (f"; com.bridge: {custom}" if custom else "") + (", external data" if large else "") + ")")
+    checks: List[Check] = []
+    if verify:
+        with progress.stage("verifying"):
+            feeds = source.sample_inputs(seed=seed)
+            ref = {k: np.asarray(v) for k, v in fn(*[feeds[i.name] for i in source.inputs]).items()}
+            got = run_onnx(files[0], feeds, mode)
+            checks = compare_outputs(got, ref, atol)
+    return ExportResult(output=files[0], format="onnx", files=files, summary=summary, checks=checks,
+                        seconds=dict(progress.seconds), details=details)
+
+
+def _op_counts(model) -> Dict[str, int]:
+    counts: Dict[str, int] = {}
+    for n in model.graph.node:
+        key = f"{n.domain}::{n.op_type}" if n.domain not in ("", "ai.onnx") else n.op_type
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def export_model(model, input_shapes: Optional[Mapping[str, Sequence]] = None, *, mode: str = "custom",
+                 fuse: bool = True, opset: int = DEFAULT_OPSET, verbose: bool = False):
+    """In memory, for other tools (bridge parity): a Keras model or a loaded
+    SavedModel -> onnx.ModelProto (no file, no verification)."""
+    from bridge import modelsource
+    source = modelsource.from_object(model, input_shapes=input_shapes)
+    if fuse and source.is_keras:
+        model = _fuse(model, quiet(), [], {})
+    fn = source.function(model if source.is_keras else None)
+    onnx_model, _ = convert(fn, source.signature(), opset=opset, mode=mode, output_names=source.output_names,
+                            verbose=verbose)
+    return onnx_model

@@ -1,0 +1,91 @@
+"""What `bridge.converters.fuse` did: per pattern, how many it fused and each near
+miss it skipped with the reason; printable (aligned tables) and JSON-able."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Dict, List
+
+from bridge import ops as _specs
+from bridge.table import render
+
+# key -> (what is matched, the op it becomes)
+PATTERNS = {
+    "conv_bn_leaky": ("Conv2D -> BatchNormalization -> LeakyReLU", _specs.get("yolo_conv_bn_leaky").name),
+    "zero_padding": ("ZeroPadding2D before a VALID Conv2D (folded into EXPLICIT pads)",
+                     _specs.get("yolo_conv_bn_leaky").name),
+    "layer_norm": ("LayerNormalization over the last axis", _specs.get("fused_layer_norm").name),
+    "yolo_decode": ("YoloDecodeHead (bridge.models.yolo)", _specs.get("yolo_decode").name),
+}
+
+
+@dataclass
+class Skip:
+    layers: List[str]
+    reason: str
+
+
+@dataclass
+class Block:
+    pattern: str
+    layer: str            # the fused layer's name in the fused model
+    replaces: List[str]   # the original layers it stands for, in graph order
+
+
+@dataclass
+class FuseReport:
+    model: str
+    fused_model: str = ""
+    blocks: List[Block] = field(default_factory=list)
+    skips: Dict[str, List[Skip]] = field(default_factory=lambda: {k: [] for k in PATTERNS})
+    notes: List[str] = field(default_factory=list)
+
+    def add_block(self, pattern, layer, replaces):
+        self.blocks.append(Block(pattern, layer, list(replaces)))
+
+    def skip(self, pattern, layers, reason):
+        self.skips[pattern].append(Skip([str(n) for n in layers], reason))
+
+    def fused(self, pattern) -> int:
+        """How many matches of `pattern` were fused (zero_padding: how many pads were folded)."""
+        if pattern == "zero_padding":
+            return sum(1 for b in self.blocks if b.pattern == "conv_bn_leaky" and len(b.replaces) == 4)
+        return sum(1 for b in self.blocks if b.pattern == pattern)
+
+    def skipped(self, pattern) -> List[Skip]:
+        return list(self.skips[pattern])
+
+    @property
+    def total_fused(self) -> int:
+        return len(self.blocks)
+
+    def block_map(self) -> Dict[str, List[str]]:
+        """{fused layer name: [original layer names]}."""
+        return {b.layer: list(b.replaces) for b in self.blocks}
+
+    def to_dict(self) -> dict:
+        return {
+            "model": self.model,
+            "fused_model": self.fused_model,
+            "patterns": {k: {"matches": desc, "op": op, "fused": self.fused(k),
+                             "skipped": [{"layers": s.layers, "reason": s.reason} for s in self.skips[k]]}
+                         for k, (desc, op) in PATTERNS.items()},
+            "blocks": [{"pattern": b.pattern, "layer": b.layer, "replaces": b.replaces} for b in self.blocks],
+            "notes": list(self.notes),
+        }
+
+    def to_json(self, **kwargs) -> str:
+        return json.dumps(self.to_dict(), **kwargs)
+
+    def render(self, colour=False) -> str:
+        rows = [(k, desc, op, self.fused(k), len(self.skips[k])) for k, (desc, op) in PATTERNS.items()]
+        text = [f"fusion report for {self.model}" + (f" -> {self.fused_model}" if self.fused_model else ""),
+                render(("pattern", "matches", "op", "fused", "skipped"), rows, colour=colour)]
+        misses = [(k, " + ".join(s.layers), s.reason) for k in PATTERNS for s in self.skips[k]]
+        if misses:
+            text += ["", "skipped (near misses):", render(("pattern", "layers", "reason"), misses, colour=colour)]
+        text += [f"note: {n}" for n in self.notes]
+        return "\n".join(text)
+
+    def __str__(self):
+        return self.render()

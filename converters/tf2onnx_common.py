@@ -1,0 +1,77 @@
+"""What every tf2onnx handler of a fused op does: turn the TensorFlow node into
+one com.bridge node whose attributes are exactly the spec's ONNX attributes.
+
+tf2onnx copies a TF node's attributes as they are (SAME padding, TF's 4-value
+strides, ...) and keeps the default domain; the handler rewrites both. The
+attribute translation itself lives in the spec (`spec.to_onnx_attrs`), so the
+handler only reads the TF attributes and the static input shapes.
+
+Handlers register with `@tf_op(name, domain=spec.domain)`, which tf2onnx only
+consults when the conversion's `extra_opset` includes that domain
+(`custom_opset()` gives it).
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Dict
+
+from onnx import helper
+
+from bridge import ops as specs
+
+
+def custom_opset():
+    """The extra opset tf2onnx needs for the com.bridge handlers to be used."""
+    domains = {(s.domain, s.domain_version) for s in specs.all_specs()}
+    return [helper.make_opsetid(d, v) for d, v in sorted(domains)]
+
+
+def tf_attrs(node, spec) -> dict:
+    """The TF attributes the spec knows, as Python values; absent ones are left
+    to the spec's defaults."""
+    out = {}
+    for a in spec.attrs:
+        if a.name not in node.attr:
+            continue
+        value = node.get_attr_value(a.name)
+        if isinstance(value, bytes):
+            value = value.decode()
+        out[a.name] = value
+    return out
+
+
+def input_shapes(ctx, node):
+    """Static input shapes with None for unknown dims (and None for unknown rank)."""
+    shapes = []
+    for name in node.input:
+        shape = ctx.get_shape(name)
+        shapes.append(None if shape is None else tuple(None if d is None or d < 0 else int(d) for d in shape))
+    return shapes
+
+
+def to_custom_node(ctx, node, spec) -> None:
+    """Rewrites `node` in place into the spec's com.bridge node. Raises OpError
+    (naming op, argument and shapes) when the attributes cannot be translated,
+    e.g. SAME padding on a dynamic spatial size."""
+    onnx_attrs = spec.to_onnx_attrs(input_shapes(ctx, node), **tf_attrs(node, spec))
+    node.domain = spec.domain
+    for name in list(node.attr):  # T and the TF-only attributes (padding, explicit_paddings) go
+        del node.attr[name]
+    for a in spec.onnx_attrs:
+        value = onnx_attrs[a.name]
+        node.set_attr(a.name, list(value) if a.is_list else value)
+
+
+def register_all() -> Dict[str, str]:
+    """Imports the handler module of every op (bridge.converters.<module>),
+    which registers it with tf2onnx. Returns {op: "yes" | why not}."""
+    status = {}
+    for spec in specs.all_specs():
+        try:
+            mod = importlib.import_module(f"bridge.converters.{spec.module}")
+            status[spec.name] = "yes" if getattr(mod, "HANDLES", None) == spec.name else "no handler in module"
+        except ModuleNotFoundError as e:
+            if e.name != f"bridge.converters.{spec.module}":
+                raise
+            status[spec.name] = f"no handler (converters/{spec.module}.py)"
+    return status
