@@ -1,0 +1,144 @@
+"""`bridge parity`: one model through every runtime, compared against the reference."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+NAME = "parity"
+HELP = "run a model through every runtime and prove they agree (down to the first diverging layer)"
+DESCRIPTION = """\
+Runs MODEL on every runtime available here and compares each output with the
+reference: `tf` (the original, unfused TensorFlow model) for TensorFlow models,
+`onnx-reference` (onnx's ReferenceEvaluator with bridge's float64 reference
+ops) for an .onnx MODEL. A runtime that cannot run here says why in the table.
+
+Comparison: an element fails only when |got - ref| exceeds BOTH
+  atol * max(1, max|ref|)   and   rtol * |ref|
+(the absolute bound scales with the output's magnitude, as ops.md scales its
+per-op tolerances). Defaults: float32 atol 1e-4 rtol 1e-4; float16 1e-2/1e-2;
+integer outputs exact. NaN, or Inf where the reference is finite, always fails.
+--atol/--rtol take a number (all outputs) or NAME=NUMBER (one output).
+
+Exit codes: 0 every runtime agrees, 1 a runtime disagrees or fails, 2 usage
+error (unknown runtime, bad file, bad shape)."""
+
+
+def _runtime_help() -> str:
+    try:
+        from bridge.parity.runtimes import discover
+        found, _ = discover()
+        return "; ".join(f"{n}: {c.description}" for n, c in found.items())
+    except Exception as e:  # help must print even when an adapter is broken
+        return f"(runtimes not listed: {e})"
+
+
+def add_arguments(p):
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.add_argument("model", metavar="MODEL", help="a built-in model name, a .keras file, a SavedModel folder or an .onnx file")
+    p.add_argument("--runtimes", metavar="LIST", help="comma-separated runtimes (default: every one available here). "
+                   + _runtime_help())
+    p.add_argument("--batch", type=int, default=1, metavar="N", help="batch size of generated inputs (default 1)")
+    p.add_argument("--input-shape", action="append", metavar="NAME:D,D,...",
+                   help="shape of one input (repeatable); fixes dims the model leaves open")
+    p.add_argument("--config", action="append", metavar="KEY=VALUE",
+                   help="built-in model option (repeatable), e.g. input_size=96 width=0.125")
+    p.add_argument("--seed", type=int, default=0, help="seed of the generated inputs (default 0)")
+    p.add_argument("--atol", action="append", metavar="[OUTPUT=]A", help="absolute tolerance (scaled by max(1, max|ref|))")
+    p.add_argument("--rtol", action="append", metavar="[OUTPUT=]R", help="relative tolerance")
+    p.add_argument("--per-layer", action="store_true",
+                   help="also compare every intermediate tensor shared with the reference; print the first that "
+                        "fails and the last that passes before it, per runtime")
+    p.add_argument("--json", metavar="FILE", help="write every number as JSON to FILE ('-' for stdout)")
+    p.add_argument("--save-inputs", metavar="F", help="write the inputs used to F (.npz)")
+    p.add_argument("--load-inputs", metavar="F", help="read the inputs from F (.npz keyed by input name)")
+    p.add_argument("--load-outputs", action="append", metavar="RUNTIME=F",
+                   help="compare outputs produced elsewhere: an .npz keyed by output name, or a folder of raw .bin "
+                        "files as Ascend's msame writes them (shapes and dtypes from the model)")
+    p.add_argument("--onnx", metavar="FILE", help="use this ONNX export for the ONNX runtimes instead of exporting MODEL")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+
+
+def _tolerances(items, flag):
+    from bridge.cli import UsageError
+    out = {}
+    for item in items or []:
+        name, sep, value = item.rpartition("=")
+        try:
+            number = float(value)
+        except ValueError:
+            raise UsageError(f"{flag} {item!r}: expected a number or OUTPUT=NUMBER") from None
+        if not number >= 0:
+            raise UsageError(f"{flag} {item!r}: must be a non-negative number")
+        out[name if sep else ""] = number
+    return out
+
+
+def _config(items):
+    from bridge.cli import UsageError
+    out = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--config {item!r}: expected KEY=VALUE")
+        try:
+            out[key] = json.loads(value)
+        except ValueError:
+            out[key] = value
+    return out
+
+
+def _write_json(path, data):
+    text = json.dumps(data, indent=1, allow_nan=False)
+    if path == "-":
+        print(text)
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(suffix=".json", dir=folder)
+    with os.fdopen(fd, "w") as f:
+        f.write(text + "\n")
+    os.replace(tmp, path)
+
+
+def run(args) -> int:
+    from bridge.cli import UsageError
+    from bridge.parity import inputs as inputs_mod
+    from bridge.parity.inputs import InputError
+    from bridge.parity.loaded import parse_load_outputs
+    from bridge.parity.report import render_report
+    from bridge.parity.runner import run_parity
+
+    start = time.perf_counter()
+    quiet = args.quiet or args.json == "-"
+
+    def log(msg):
+        if not quiet:
+            print(f"[{time.perf_counter() - start:6.1f}s] {msg}", file=sys.stderr, flush=True)
+
+    if args.batch < 1:
+        raise UsageError(f"--batch must be >= 1, got {args.batch}")
+    runtimes = None
+    if args.runtimes is not None:
+        runtimes = [r.strip() for r in args.runtimes.split(",") if r.strip()]
+        if not runtimes:
+            raise UsageError("--runtimes is empty")
+    try:
+        shapes = args.input_shape or None
+        loaded = parse_load_outputs(args.load_outputs)
+        given = inputs_mod.load(args.load_inputs) if args.load_inputs else None
+        if given is not None and shapes:
+            raise InputError("--input-shape and --load-inputs exclude each other (the file fixes the shapes)")
+        report = run_parity(args.model, runtimes=runtimes, batch=args.batch, input_shapes=shapes, seed=args.seed,
+                            atol=_tolerances(args.atol, "--atol"), rtol=_tolerances(args.rtol, "--rtol"),
+                            per_layer=args.per_layer, inputs=given, save_inputs=args.save_inputs,
+                            load_outputs=loaded, config=_config(args.config), onnx_file=args.onnx, log=log)
+    except InputError as e:
+        raise UsageError(str(e)) from None
+    if args.json:
+        _write_json(args.json, report.to_json())
+    if args.json != "-":
+        print(render_report(report))
+    return 0 if report.passed else 1

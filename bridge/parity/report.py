@@ -1,0 +1,93 @@
+"""A ParityReport for people: one row per runtime x output, the per-layer
+summary, and a one-line verdict."""
+from __future__ import annotations
+
+from typing import List, Optional
+
+from bridge.table import render
+
+
+def _short(text: str, width: int = 100) -> str:
+    """The table keeps reasons to one short line; the JSON has them whole."""
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def _idx(index) -> str:
+    return "-" if index is None else "[" + ",".join(map(str, index)) + "]"
+
+
+def outputs_table(report, colour: Optional[bool] = None) -> str:
+    headers = ["runtime", "output", "shape", "max abs", "max rel", "mean abs", "cosine", "worst at",
+               "got / ref", "atol eff", "result"]
+    rows: List[list] = []
+    paints: List[list] = []
+    for r in report.runtimes:
+        if r.status == "reference":
+            rows.append([r.name, "(all)", "", "", "", "", "", "", "", "", f"reference ({r.run_s:.2f}s)"])
+            paints.append([None] * 10 + ["dim"])
+            continue
+        if not r.outputs:
+            rows.append([r.name, "-", "", "", "", "", "", "", "", "", _short(f"{r.status}: {r.reason}")])
+            bad = r.status == "error" or r.required
+            paints.append([None] * 10 + ["red" if bad else "yellow"])
+            continue
+        for out, c in r.outputs.items():
+            result = "pass" if c.passed else f"FAIL ({c.failing} el.)" if not c.note else f"FAIL: {c.note}"
+            got_ref = "" if c.worst_got is None else f"{c.worst_got:.6g} / {c.worst_ref:.6g}"
+            rows.append([r.name, out, "x".join(map(str, c.shape)) or "scalar", c.max_abs_error, c.max_rel_error,
+                         c.mean_abs_error, c.cosine, _idx(c.worst_index), got_ref, c.atol_effective, result])
+            paints.append([None] * 10 + ["green" if c.passed else "red"])
+    return render(headers, rows, paints, colour=colour, align="llrrrrrlrrl")
+
+
+def layers_table(report, colour: Optional[bool] = None) -> str:
+    headers = ["runtime", "layers", "failed", "last pass", "first fail", "its max abs", "at node"]
+    rows, paints = [], []
+    for r in report.runtimes:
+        if r.layers is None:
+            continue
+        s = r.layers
+        ff = s.first_fail
+        if not s.compared:
+            rows.append([r.name, 0, 0, "-", "(no intermediate tensors shared with the reference)", "", ""])
+            paints.append([None] * 7)
+            continue
+        rows.append([r.name, s.compared, s.failed, s.last_pass.name if s.last_pass else "-",
+                     ff.name if ff else "-", ff.comparison.max_abs_error if ff else "",
+                     (ff.node or ff.tensor) if ff else ""])
+        paints.append([None] * 4 + ["red" if ff else "green", None, None])
+    if not rows:
+        return "per layer: no runtime exposes intermediate tensors shared with the reference"
+    return render(headers, rows, paints, colour=colour, align="lrrllrl")
+
+
+def verdict(report) -> str:
+    if report.problem:
+        return f"FAIL: {report.problem}"
+    compared = [r for r in report.runtimes if r.compared]
+    failed = [r for r in report.runtimes if not r.passed]
+    skipped = [r.name for r in report.runtimes if r.status == "unavailable" and not r.required]
+    n_out = len(next(iter(compared)).outputs) if compared else 0
+    tail = f"; not run here: {', '.join(skipped)}" if skipped else ""
+    if not failed:
+        return (f"PASS: {len(compared)} runtime{'s agree' if len(compared) != 1 else ' agrees'} with {report.reference} "
+                f"on {n_out} output{'s' if n_out != 1 else ''}{tail}")
+    parts = []
+    for r in failed:
+        if r.status in ("ok", "loaded"):
+            bad = [k for k, c in r.outputs.items() if not c.passed]
+            first = r.layers.first_fail.name if r.layers and r.layers.first_fail else None
+            parts.append(f"{r.name} differs on {', '.join(bad)}" + (f" (first at layer {first})" if first else ""))
+        else:
+            parts.append(f"{r.name} {r.status}")
+    return f"FAIL: {'; '.join(parts)}{tail}"
+
+
+def render_report(report, colour: Optional[bool] = None) -> str:
+    shapes = ", ".join(f"{k} {'x'.join(map(str, s))} {d}" for k, (s, d) in report.inputs.items())
+    lines = [f"model {report.model} ({report.kind}), reference {report.reference or '-'}, seed {report.seed}, "
+             f"inputs: {shapes}", "", outputs_table(report, colour)]
+    if report.per_layer:
+        lines += ["", layers_table(report, colour)]
+    lines += ["", verdict(report) + f"  [{report.seconds:.1f}s]"]
+    return "\n".join(lines)

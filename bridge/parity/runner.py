@@ -1,0 +1,302 @@
+"""A parity run: resolve the model, make the inputs, run each runtime once,
+compare every output (and, per layer, every shared intermediate) against the
+reference, and collect the numbers in a `ParityReport`."""
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from bridge.parity import compare as cmp
+from bridge.parity import inputs as inputs_mod
+from bridge.parity import loaded as loaded_mod
+from bridge.parity.inputs import InputError
+from bridge.parity.onnx_graph import Candidates, best
+from bridge.parity.runtime import Runtime, Unavailable
+from bridge.parity.runtimes import discover
+from bridge.parity.source import ModelSource, open_source
+
+
+@dataclass
+class LayerCheck:
+    name: str                   # canonical layer (Keras layer or ONNX tensor)
+    comparison: cmp.Comparison
+    tensor: str = ""            # where the runtime had it (ONNX tensor), if not the same name
+    node: str = ""              # the ONNX node that produced it
+
+    def to_json(self) -> dict:
+        return {"layer": self.name, "tensor": self.tensor, "node": self.node, **self.comparison.to_json()}
+
+
+@dataclass
+class LayerSummary:
+    compared: int = 0
+    failed: int = 0
+    first_fail: Optional[LayerCheck] = None
+    last_pass: Optional[LayerCheck] = None   # the last passing layer before the first failure
+    checks: List[LayerCheck] = field(default_factory=list)
+    unmatched: int = 0                        # layers the runtime had but in another shape
+
+    def to_json(self) -> dict:
+        return {"compared": self.compared, "failed": self.failed, "unmatched": self.unmatched,
+                "first_fail": self.first_fail.to_json() if self.first_fail else None,
+                "last_pass": self.last_pass.to_json() if self.last_pass else None,
+                "layers": [c.to_json() for c in self.checks]}
+
+
+@dataclass
+class RuntimeResult:
+    name: str
+    description: str
+    status: str                 # reference | ok | unavailable | error | loaded
+    reason: str = ""
+    prepare_s: float = 0.0
+    run_s: float = 0.0
+    outputs: Dict[str, cmp.Comparison] = field(default_factory=dict)
+    layers: Optional[LayerSummary] = None
+    required: bool = False      # asked for by name: not running is a failure
+
+    @property
+    def passed(self) -> bool:
+        if self.status == "reference":
+            return True
+        if self.status in ("ok", "loaded"):
+            return bool(self.outputs) and all(c.passed for c in self.outputs.values())
+        return self.status == "unavailable" and not self.required
+
+    @property
+    def compared(self) -> bool:
+        return self.status in ("ok", "loaded")
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "description": self.description, "status": self.status, "reason": self.reason,
+                "passed": self.passed, "prepare_s": round(self.prepare_s, 4), "run_s": round(self.run_s, 4),
+                "outputs": {k: v.to_json() for k, v in self.outputs.items()},
+                "layers": self.layers.to_json() if self.layers else None}
+
+
+@dataclass
+class ParityReport:
+    model: str
+    kind: str
+    reference: str
+    seed: int
+    inputs: Dict[str, Tuple[Tuple[int, ...], str]]
+    runtimes: List[RuntimeResult]
+    per_layer: bool
+    seconds: float = 0.0
+    problem: str = ""           # why nothing could be judged (no reference, nothing compared)
+
+    @property
+    def passed(self) -> bool:
+        if self.problem:
+            return False
+        return all(r.passed for r in self.runtimes)
+
+    def to_json(self) -> dict:
+        return {"model": self.model, "kind": self.kind, "reference": self.reference, "seed": self.seed,
+                "passed": self.passed, "problem": self.problem, "seconds": round(self.seconds, 3),
+                "per_layer": self.per_layer,
+                "inputs": {k: {"shape": list(s), "dtype": d} for k, (s, d) in self.inputs.items()},
+                "runtimes": [r.to_json() for r in self.runtimes]}
+
+
+def known_runtimes() -> Dict[str, type]:
+    return discover()[0]
+
+
+def run_parity(model, *, runtimes: Optional[Sequence[str]] = None, batch: int = 1,
+               input_shapes=None, seed: int = 0,
+               atol: Optional[Mapping[str, float]] = None, rtol: Optional[Mapping[str, float]] = None,
+               per_layer: bool = False, inputs: Optional[Mapping[str, np.ndarray]] = None,
+               save_inputs: Optional[str] = None, load_outputs: Sequence[Tuple[str, str]] = (),
+               config: Optional[dict] = None, onnx_file: Optional[str] = None,
+               source: Optional[ModelSource] = None, log=None) -> ParityReport:
+    """The whole parity check. `model`: see `open_source` (or pass `source`).
+    `input_shapes`: `--input-shape` items (["image:1,96,96,3"]) or a dict.
+    `atol`/`rtol`: {"" : global override, output name: per-output override}.
+    Raises InputError (a usage problem) before any runtime runs."""
+    start = time.perf_counter()
+    log = log or (lambda msg: None)
+    atol, rtol = dict(atol or {}), dict(rtol or {})
+    adapters, broken = discover()
+    loaded = list(load_outputs)
+    loaded_names = [n for n, _ in loaded]
+    if runtimes is not None:
+        unknown = [r for r in runtimes if r not in adapters and r not in broken and r not in loaded_names]
+        if unknown:
+            raise InputError(f"unknown runtime {unknown[0]!r}; known: {', '.join(list(adapters) + list(broken))}")
+    owns_source = source is None
+    source = source or open_source(model, config=config, onnx_file=onnx_file, input_shapes=input_shapes)
+    try:
+        return _run(source, adapters, broken, runtimes, batch, seed, atol, rtol, per_layer,
+                    inputs, save_inputs, loaded, start, log)
+    finally:
+        if owns_source:
+            source.close()
+
+
+def _run(source, adapters, broken, wanted, batch, seed, atol, rtol, per_layer, given_inputs,
+         save_inputs, loaded, start, log) -> ParityReport:
+    ref_name = next((n for n, c in adapters.items() if source.kind in c.reference_for), None)
+    for name in list(wanted or []):
+        cls = adapters.get(name)
+        if cls is not None and source.kind not in cls.kinds:
+            raise InputError(f"runtime {name!r} does not take a {source.kind} MODEL")
+    names = [n for n, c in adapters.items() if source.kind in c.kinds]
+    names += [n for n in broken if n not in names]
+    if wanted is not None:
+        names = [n for n in names if n in wanted or n == ref_name]
+    loaded_names = {n for n, _ in loaded}
+    names = [n for n in names if n not in loaded_names or n == ref_name]
+
+    # inputs: loaded or generated, then fixed for every runtime
+    if given_inputs is not None:
+        arrays = inputs_mod.check(source.inputs, given_inputs, "--load-inputs")
+    else:
+        arrays = source.sample_inputs(batch, seed)
+    source.input_shapes = inputs_mod.shapes_of(arrays)
+    if save_inputs:
+        inputs_mod.save(save_inputs, arrays)
+
+    results: List[RuntimeResult] = []
+    reference_out: Optional[Dict[str, np.ndarray]] = None
+    reference_layers: Dict[str, np.ndarray] = {}
+    order = [ref_name] + [n for n in names if n != ref_name] if ref_name in names else names
+    problem = ""
+    for name in order:
+        if name in broken:
+            results.append(RuntimeResult(name, "", "error", broken[name], required=bool(wanted and name in wanted)))
+            continue
+        rt: Runtime = adapters[name]()
+        is_ref = name == ref_name
+        res = RuntimeResult(name, rt.description, "reference" if is_ref else "ok",
+                            required=bool(wanted and name in wanted))
+        results.append(res)
+        log(f"{name}: preparing")
+        t0 = time.perf_counter()
+        try:
+            rt.prepare(source)
+        except Unavailable as e:
+            res.status, res.reason = "unavailable", str(e)
+            res.prepare_s = time.perf_counter() - t0
+            if is_ref:
+                problem = f"the reference {name} cannot run: {e}"
+            continue
+        except Exception as e:  # noqa: BLE001 - one runtime's crash is its own row
+            res.status, res.reason = "error", _describe(e)
+            res.prepare_s = time.perf_counter() - t0
+            if is_ref:
+                problem = f"the reference {name} failed: {res.reason}"
+            continue
+        res.prepare_s = time.perf_counter() - t0
+        if is_ref:
+            layer_names = source.layer_order() if per_layer else []
+            layer_names = [n for n in layer_names if n in set(rt.layer_names())]
+        elif per_layer:
+            have = set(rt.layer_names())
+            layer_names = [n for n in reference_layers if n in have]
+        else:
+            layer_names = []
+        log(f"{name}: running")
+        t0 = time.perf_counter()
+        try:
+            if layer_names:
+                outputs, layers = rt.run_with_intermediates(arrays, layer_names)
+            else:
+                outputs, layers = rt.run(arrays), {}
+        except Unavailable as e:
+            res.status, res.reason = "unavailable", str(e)
+            continue
+        except Exception as e:  # noqa: BLE001
+            res.status, res.reason = "error", _describe(e)
+            if is_ref:
+                problem = f"the reference {name} failed: {res.reason}"
+            continue
+        finally:
+            res.run_s = time.perf_counter() - t0
+        if is_ref:
+            reference_out = {k: np.asarray(outputs[k]) for k in source.output_names}
+            reference_layers = {k: np.asarray(v) for k, v in layers.items()}
+            continue
+        own = _own_tolerance(getattr(rt, "tolerance", None))
+        res.outputs = _compare_outputs(outputs, reference_out, atol, rtol, res, own)
+        if per_layer and reference_layers:
+            res.layers = _compare_layers(layers, reference_layers, atol, rtol, own)
+
+    if reference_out is not None:
+        for name, path in loaded:
+            res = RuntimeResult(name, f"outputs loaded from {path}", "loaded")
+            try:
+                got = loaded_mod.load_outputs(path, reference_out, f"--load-outputs {name}")
+            except InputError as e:
+                raise e
+            res.outputs = _compare_outputs(got, reference_out, atol, rtol, res)
+            results.append(res)
+    elif not problem:
+        problem = f"no reference runtime for a {source.kind} MODEL"
+    if not problem and not any(r.compared for r in results):
+        problem = "no runtime besides the reference could run, so nothing was compared"
+    return ParityReport(source.label, source.kind, ref_name or "", seed,
+                        {k: (tuple(v.shape), v.dtype.name) for k, v in arrays.items()}, results, per_layer,
+                        time.perf_counter() - start, problem)
+
+
+def _own_tolerance(value) -> Dict[str, Tuple[float, float]]:
+    """A runtime's own bounds as {dtype: (atol, rtol)}; a bare pair covers every float dtype."""
+    if not value:
+        return {}
+    if isinstance(value, dict):
+        return {str(k): (float(a), float(r)) for k, (a, r) in value.items()}
+    atol, rtol = value
+    return {d: (float(atol), float(rtol)) for d in cmp.DEFAULTS}
+
+
+def _describe(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    where = traceback.extract_tb(e.__traceback__)[-1] if e.__traceback__ else None
+    loc = f" ({where.filename.rsplit('/', 1)[-1]}:{where.lineno})" if where else ""
+    return f"{type(e).__name__}: {text[0] if text else ''}{loc}"
+
+
+def _compare_outputs(outputs, reference, atol, rtol, res: RuntimeResult, own=None) -> Dict[str, cmp.Comparison]:
+    out = {}
+    for name, ref in reference.items():
+        tol = cmp.resolve_tolerance(name, ref.dtype, atol, rtol, own)
+        if name not in outputs:
+            out[name] = cmp.mismatch(f"{res.name} has no output {name!r}", None, ref, tol)
+            continue
+        out[name] = cmp.compare(outputs[name], ref, tol)
+    return out
+
+
+def _compare_layers(layers, reference, atol, rtol, own=None) -> LayerSummary:
+    summary = LayerSummary()
+    for name, ref in reference.items():  # topological order
+        if name not in layers:
+            continue
+        tol = cmp.resolve_tolerance("", ref.dtype, atol, rtol, own)
+        if np.dtype(ref.dtype).kind not in "fc":
+            continue
+        got = layers[name]
+        comparison, idx = best(got, ref, lambda g, r: cmp.compare(g, r, tol))
+        if comparison is None:
+            summary.unmatched += 1
+            continue
+        tensor = node = ""
+        if isinstance(got, Candidates) and got.names:
+            tensor, node = got.names[idx], got.nodes[idx] if got.nodes else ""
+        check = LayerCheck(name, comparison, tensor, node)
+        summary.checks.append(check)
+        summary.compared += 1
+        if comparison.passed:
+            if summary.first_fail is None:
+                summary.last_pass = check
+        else:
+            summary.failed += 1
+            if summary.first_fail is None:
+                summary.first_fail = check
+    return summary

@@ -1,0 +1,78 @@
+"""Running TensorFlow models for parity: Keras models (with every layer output
+exposed in one execution for per-layer mode) and SavedModel signatures."""
+from __future__ import annotations
+
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from bridge.parity.runtime import Arrays
+from bridge.parity.source import keras_layer_outputs
+
+
+def _args(model, inputs: Mapping[str, np.ndarray]):
+    arrays = [inputs[t.name] for t in model.inputs]
+    # Keras 3 warns unless the call has the structure the model was built with
+    return arrays if isinstance(getattr(model, "input", None), (list, tuple)) or len(arrays) > 1 else arrays[0]
+
+
+def _numpy(x) -> np.ndarray:
+    return np.asarray(x.numpy() if hasattr(x, "numpy") else x)
+
+
+class KerasRunner:
+    """`aliases` maps a layer name of `model` to the canonical (unfused) layer
+    name it stands for; layers of `model` that have no canonical name are not
+    exposed."""
+
+    def __init__(self, source, model, aliases: Optional[Dict[str, str]] = None):
+        self.source = source
+        self.model = model
+        canonical = set(source.layer_order())
+        self.layers: Dict[str, object] = {}
+        for name, tensor in keras_layer_outputs(model):
+            base, sep, idx = name.partition(":")
+            mapped = (aliases or {}).get(base, base) + sep + idx
+            if mapped in canonical and mapped not in self.layers:
+                self.layers[mapped] = tensor
+
+    def _outputs(self, out) -> Arrays:
+        if isinstance(out, dict):
+            return {k: _numpy(v) for k, v in out.items()}
+        if not isinstance(out, (list, tuple)):
+            out = [out]
+        return dict(zip(self.source.output_names, (_numpy(o) for o in out)))
+
+    def run(self, inputs) -> Arrays:
+        return self._outputs(self.model(_args(self.model, inputs), training=False))
+
+    def layer_names(self) -> List[str]:
+        return list(self.layers)
+
+    def run_with_intermediates(self, inputs, names: Sequence[str]) -> Tuple[Arrays, Arrays]:
+        import keras
+        names = [n for n in names if n in self.layers]
+        outs = list(self.model.outputs)
+        probe = keras.Model(self.model.inputs, outs + [self.layers[n] for n in names])
+        got = probe(_args(self.model, inputs), training=False)
+        got = [_numpy(g) for g in (got if isinstance(got, (list, tuple)) else [got])]
+        outputs = dict(zip(self.source.output_names, got[:len(outs)]))
+        return outputs, dict(zip(names, got[len(outs):]))
+
+
+class SignatureRunner:
+    def __init__(self, source):
+        from bridge.parity.source import _signature
+        self.source = source
+        self.fn = _signature(source.saved_model())
+
+    def run(self, inputs) -> Arrays:
+        import tensorflow as tf
+        out = self.fn(**{k: tf.constant(v) for k, v in inputs.items()})
+        return {k: _numpy(out[k]) for k in self.source.output_names}
+
+    def layer_names(self) -> List[str]:
+        return []
+
+    def run_with_intermediates(self, inputs, names):
+        return self.run(inputs), {}
