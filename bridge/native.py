@@ -104,7 +104,7 @@ class Build:
 
     def _sources(self):
         files = sorted(p for p in Path(self.source_dir).rglob("*")
-                       if p.is_file() and p.suffix in (".cc", ".h", ".cu", ".txt", ".cmake", ".hpp", ".cpp"))
+                       if p.is_file() and p.suffix in (".cc", ".h", ".cu", ".cuh", ".txt", ".cmake", ".hpp", ".cpp"))
         return files + [Path(p) for p in self.extra_sources]
 
     def key(self) -> str:
@@ -213,6 +213,8 @@ def tf_ops_build(cuda: bool = False, portable: Optional[bool] = None) -> Build:
         "TF_LIB_DIR": tf.sysconfig.get_lib(),
         "BRIDGE_CUDA": "ON" if cuda else "OFF",
     }
+    if cuda:
+        options.update(cuda_options())
     dnnl = onednn_root()
     if dnnl:
         options["BRIDGE_DNNL_ROOT"] = str(dnnl)
@@ -260,3 +262,108 @@ def ort_build(portable: Optional[bool] = None, fetch: bool = True) -> Optional[B
     if portable is not None:
         b.portable = portable
     return b
+
+
+# -- CUDA ---------------------------------------------------------------------
+
+def nvcc_exe() -> str:
+    """nvcc: `CUDACXX`, else PATH, else `CUDA_HOME`/`CUDA_PATH`, else /usr/local/cuda."""
+    candidates = [os.environ.get("CUDACXX"), shutil.which("nvcc")]
+    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if home:
+            candidates.append(str(Path(home) / "bin" / "nvcc"))
+    for c in candidates:
+        if c and Path(c).is_file() and os.access(c, os.X_OK):
+            return c
+    raise BuildError("nvcc (the CUDA compiler) not found. Fix: install the CUDA toolkit and put its bin/ on "
+                     "PATH, or set CUDACXX to nvcc")
+
+
+def nvcc_version(nvcc: Optional[str] = None) -> str:
+    """'13.0' from `nvcc --version`."""
+    nvcc = nvcc or nvcc_exe()
+    try:
+        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError) as e:
+        raise BuildError(f"{nvcc} --version failed: {e}") from e
+    import re
+    m = re.search(r"release (\d+\.\d+)", out)
+    if m:
+        return m.group(1)
+    raise BuildError(f"could not read the CUDA release from `{nvcc} --version`:\n{out}")
+
+
+def cuda_include(nvcc: Optional[str] = None) -> Optional[Path]:
+    """The toolkit's include folder (cuda_runtime.h), found through nvcc's own
+    description of its include path, else next to nvcc."""
+    nvcc = nvcc or nvcc_exe()
+    try:
+        out = subprocess.run([nvcc, "-v", "--dryrun", "-x", "cu", "-c", os.devnull], capture_output=True,
+                             text=True, timeout=60).stderr
+        for line in out.splitlines():
+            if "INCLUDES=" in line:
+                for part in line.split("INCLUDES=", 1)[1].replace('"', " ").split():
+                    if part.startswith("-I") and (Path(part[2:]) / "cuda_runtime.h").exists():
+                        return Path(part[2:]).resolve()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    guess = Path(nvcc).resolve().parent.parent / "include"
+    return guess if (guess / "cuda_runtime.h").exists() else None
+
+
+def cublas_include(nvcc: Optional[str] = None) -> Path:
+    """A folder with cublasLt.h: `BRIDGE_CUBLAS_INCLUDE`, the toolkit's, a pip
+    `nvidia-cublas*` package's, or the TensorFlow wheel's headers-only copy (the
+    kernels load the library at run time, so headers are all a build needs)."""
+    env = os.environ.get("BRIDGE_CUBLAS_INCLUDE")
+    candidates = [Path(env)] if env else []
+    toolkit = cuda_include(nvcc)
+    if toolkit:
+        candidates.append(toolkit)
+    import importlib.util
+    for entry in sys.path:
+        candidates.extend(sorted(Path(entry or ".").glob("nvidia/*/include")))
+    try:
+        tf_spec = importlib.util.find_spec("tensorflow")  # finds, does not import
+        if tf_spec and tf_spec.submodule_search_locations:
+            root = Path(list(tf_spec.submodule_search_locations)[0])
+            candidates.append(root / "include" / "external" / "cuda_cublas" / "include")
+    except (ImportError, ValueError):
+        pass
+    for c in candidates:
+        if (c / "cublasLt.h").exists():
+            return c.resolve()
+    raise BuildError("cublasLt.h not found (the YoloConvBnLeaky CUDA kernel multiplies with cuBLASLt). Fix: pip "
+                     "install nvidia-cublas (or the CUDA toolkit's libcublas-dev), or set BRIDGE_CUBLAS_INCLUDE to "
+                     "a folder holding cublasLt.h")
+
+
+def cuda_archs() -> str:
+    """CMake's CUDA_ARCHITECTURES: `BRIDGE_CUDA_ARCHS`, else 90 (Hopper: H100, H200)."""
+    return os.environ.get("BRIDGE_CUDA_ARCHS") or "90"
+
+
+def cuda_options() -> Dict[str, str]:
+    nvcc = nvcc_exe()
+    return {"CMAKE_CUDA_COMPILER": nvcc, "CMAKE_CUDA_ARCHITECTURES": cuda_archs(),
+            "BRIDGE_CUBLAS_INCLUDE": str(cublas_include(nvcc))}
+
+
+def _tf_ops_dir() -> Path:
+    """tf_ops/, also where the project is not installed (a bare checkout on a GPU
+    machine without TensorFlow)."""
+    try:
+        return _package_dir("bridge.tf_ops")
+    except (ImportError, AttributeError, TypeError):
+        return Path(__file__).resolve().parent.parent / "tf_ops"
+
+
+def cuda_harness_build() -> Build:
+    """The CUDA kernels behind a C ABI (tf_ops/cuda_harness), bound to the CUDA
+    release of nvcc. Needs no TensorFlow. Portable: it has no host-CPU flags."""
+    options = cuda_options()
+    source = _tf_ops_dir() / "cuda_harness"
+    return Build(name="cuda_harness", source_dir=source, binds_to=f"cuda{nvcc_version(options['CMAKE_CUDA_COMPILER'])}",
+                 target_file="libbridge_cuda_harness.so", options=options, portable=True,
+                 extra_sources=sorted((source.parent / "cuda").glob("*")),
+                 describe="the CUDA kernel harness")

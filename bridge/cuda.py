@@ -1,0 +1,363 @@
+"""The fused ops' CUDA kernels from Python, on PyTorch tensors or CuPy arrays.
+
+    from bridge import cuda
+    k = cuda.harness()        # builds tf_ops/cuda_harness once (needs nvcc), loads it
+    y = k.fused_layer_norm(x, gamma, beta, epsilon=1e-6)
+    dx, dgamma, dbeta = k.fused_layer_norm_backward(dy, x, gamma, epsilon=1e-6)
+    y = k.yolo_conv_bn_leaky(x, filter, conv_bias, bn_gamma, bn_beta, bn_mean, bn_variance,
+                             strides=[1, 2, 2, 1], padding="SAME", allow_tf32=False)
+    boxes, objectness, class_probs = k.yolo_decode(raw, anchors=[...], num_classes=80, stride=32)
+
+The kernels are the ones TensorFlow's GPU kernels run (tf_ops/cuda/*.cuh), behind
+the C ABI of tf_ops/cuda_harness/harness.cu, called through ctypes with the
+arrays' device pointers. Outputs are new arrays of the inputs' kind, on their
+device; the work is queued on the framework's current stream. Inputs are checked
+against the op's spec (bridge.ops) first, so bad shapes, attributes and dtypes
+raise the spec's OpError (a ValueError naming the op, the argument and the
+shapes); an array that is not on a CUDA device does too.
+
+`gpu_status()` says whether a GPU and a framework to reach it are here, and if
+not, why. Neither PyTorch nor CuPy is a dependency: each is imported only when
+one of its arrays comes in. Needs no TensorFlow.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import glob
+import os
+import sys
+from typing import Optional, Sequence, Tuple
+
+from bridge import ops as _specs
+from bridge.ops import OpError
+
+ABI_VERSION = 1
+# harness flags (tf_ops/cuda/yolo_conv_bn_leaky.cuh)
+ALLOW_TF32 = 1
+NO_EPILOGUE = 2
+
+
+class CudaUnavailable(RuntimeError):
+    """No GPU (or no framework to reach one); the message says which and why."""
+
+
+def gpu_status() -> Tuple[bool, str]:
+    """(True, device name) when PyTorch or CuPy sees a CUDA device, else (False, why not)."""
+    reasons = []
+    try:
+        import torch
+        if torch.cuda.is_available():
+            return True, f"torch {torch.__version__}: {torch.cuda.get_device_name(0)}"
+        reasons.append(f"torch {torch.__version__} sees no CUDA device (torch.version.cuda={torch.version.cuda})")
+    except ImportError:
+        reasons.append("PyTorch is not installed")
+    try:
+        import cupy
+        n = cupy.cuda.runtime.getDeviceCount()
+        if n > 0:
+            return True, f"cupy {cupy.__version__}: {n} device(s)"
+        reasons.append("CuPy sees no CUDA device")
+    except ImportError:
+        reasons.append("CuPy is not installed")
+    except Exception as e:  # CuPy raises its own error types when no driver/device is there
+        reasons.append(f"CuPy: {e}")
+    return False, "no CUDA GPU: " + "; ".join(reasons)
+
+
+# -- arrays of either framework ------------------------------------------------
+
+class _Torch:
+    def __init__(self):
+        import torch
+        self.torch = torch
+
+    def owns(self, a) -> bool:
+        return isinstance(a, self.torch.Tensor)
+
+    def on_gpu(self, a) -> bool:
+        return a.is_cuda
+
+    def where(self, a) -> str:
+        return str(a.device)
+
+    def dtype(self, a) -> str:
+        return str(a.dtype).replace("torch.", "")
+
+    def contiguous(self, a):
+        return a.contiguous()
+
+    def ptr(self, a) -> int:
+        return a.data_ptr()
+
+    def empty(self, shape, like):
+        return self.torch.empty(tuple(shape), dtype=like.dtype, device=like.device)
+
+    def stream(self, like) -> int:
+        return self.torch.cuda.current_stream(like.device).cuda_stream
+
+    def on_device(self, like):
+        return self.torch.cuda.device(like.device)
+
+
+class _Cupy:
+    def __init__(self):
+        import cupy
+        self.cupy = cupy
+
+    def owns(self, a) -> bool:
+        return isinstance(a, self.cupy.ndarray)
+
+    def on_gpu(self, a) -> bool:
+        return True
+
+    def where(self, a) -> str:
+        return f"cuda:{a.device.id}"
+
+    def dtype(self, a) -> str:
+        return a.dtype.name
+
+    def contiguous(self, a):
+        return self.cupy.ascontiguousarray(a)
+
+    def ptr(self, a) -> int:
+        return a.data.ptr
+
+    def empty(self, shape, like):
+        with like.device:
+            return self.cupy.empty(tuple(shape), dtype=like.dtype)
+
+    def stream(self, like) -> int:
+        return self.cupy.cuda.get_current_stream().ptr
+
+    def on_device(self, like):
+        return like.device
+
+
+def _framework(a):
+    module = type(a).__module__.split(".")[0]
+    if module == "torch":
+        return _Torch()
+    if module == "cupy":
+        return _Cupy()
+    return None
+
+
+def _host_array(a) -> bool:
+    return type(a).__module__.split(".")[0] == "numpy"
+
+
+def _prepare(spec, names: Sequence[str], arrays: Sequence):
+    """The framework and the arrays (contiguous), after checking that all are
+    device arrays of one framework, one device and one dtype the op allows."""
+    for name, a in zip(names, arrays):
+        if _host_array(a):
+            raise OpError(spec.name, name, f"must be on a CUDA device, got cpu (a numpy array of shape {list(a.shape)})")
+    fw = _framework(arrays[0])
+    if fw is None:
+        raise OpError(spec.name, names[0], f"must be a torch.Tensor or cupy.ndarray on a CUDA device, "
+                                           f"got {type(arrays[0]).__name__}")
+    first_dtype = fw.dtype(arrays[0])
+    out = []
+    for name, a in zip(names, arrays):
+        if not fw.owns(a):
+            raise OpError(spec.name, name, f"must be a {type(arrays[0]).__name__} like {names[0]}, "
+                                           f"got {type(a).__name__}")
+        if not fw.on_gpu(a):
+            raise OpError(spec.name, name, f"must be on a CUDA device, got {fw.where(a)} "
+                                           f"(shape {list(a.shape)})")
+        if fw.where(a) != fw.where(arrays[0]):
+            raise OpError(spec.name, name, f"is on {fw.where(a)}, {names[0]} on {fw.where(arrays[0])}")
+        if fw.dtype(a) != first_dtype:
+            raise OpError(spec.name, name, f"dtype {fw.dtype(a)} differs from {names[0]}'s {first_dtype} "
+                                           f"(shape {list(a.shape)})")
+        out.append(fw.contiguous(a))
+    spec.check_dtype(first_dtype)
+    return fw, first_dtype, out
+
+
+def _shapes(arrays):
+    return [tuple(int(d) for d in a.shape) for a in arrays]
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+# -- the library ---------------------------------------------------------------
+
+def library_path(force: bool = False, quiet: bool = False):
+    """Builds (or finds in the cache) libbridge_cuda_harness.so."""
+    from bridge.native import cuda_harness_build
+    return cuda_harness_build().library(force=force, quiet=quiet)
+
+
+def _preload_cublaslt() -> None:
+    """Makes libcublasLt loadable by its soname for the C side's dlopen: PyTorch
+    has usually loaded it already; else a pip nvidia-cublas* package's copy."""
+    if os.environ.get("BRIDGE_CUBLASLT"):
+        return
+    for soname in ("libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"):
+        try:
+            ctypes.CDLL(soname, mode=ctypes.RTLD_GLOBAL)
+            return
+        except OSError:
+            pass
+    for entry in sys.path:
+        for path in sorted(glob.glob(os.path.join(entry or ".", "nvidia", "*", "lib", "libcublasLt.so*")),
+                           reverse=True):
+            try:
+                ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+                return
+            except OSError:
+                pass
+
+
+_i64 = ctypes.c_int64
+_p = ctypes.c_void_p
+_f = ctypes.c_float
+
+
+class Harness:
+    """The loaded C ABI, with Python signatures that check and allocate."""
+
+    def __init__(self, path):
+        self.path = str(path)
+        self.lib = ctypes.CDLL(self.path)
+        version = self.lib.bridge_cuda_abi_version()
+        if version != ABI_VERSION:
+            raise CudaUnavailable(f"{self.path} has C ABI version {version}, bridge.cuda expects {ABI_VERSION}. "
+                                  f"Fix: bridge.cuda.library_path(force=True)")
+        self.lib.bridge_cuda_last_error.restype = ctypes.c_char_p
+        sigs = {
+            "bridge_fused_layer_norm_{}": [_p, _p, _p, _p, _i64, _i64, _f, _p],
+            "bridge_fused_layer_norm_backward_{}": [_p, _p, _p, _p, _p, _p, _i64, _i64, _f, _p],
+            "bridge_yolo_conv_bn_leaky_{}": [_p] * 8 + [ctypes.POINTER(_i64), _f, _f, ctypes.c_int, _p],
+            "bridge_yolo_decode_{}": [_p, _p, _p, _p, _i64, _i64, _i64, ctypes.POINTER(_f), ctypes.c_int,
+                                      ctypes.c_int, _i64, _f, _p],
+        }
+        for pattern, args in sigs.items():
+            for suffix in ("f32", "f16"):
+                fn = getattr(self.lib, pattern.format(suffix))
+                fn.argtypes = args
+                fn.restype = ctypes.c_int
+
+    def _call(self, op: str, name: str, dtype: str, *args) -> None:
+        suffix = {"float32": "f32", "float16": "f16"}[dtype]
+        if getattr(self.lib, f"{name}_{suffix}")(*args) != 0:
+            raise RuntimeError(f"{op} (CUDA): {self.lib.bridge_cuda_last_error().decode(errors='replace')}")
+
+    # -- FusedLayerNorm ----------------------------------------------------
+    def fused_layer_norm(self, x, gamma, beta, **attrs):
+        spec = _specs.get("FusedLayerNorm")
+        attrs = spec.resolve(attrs)
+        fw, dtype, (x, gamma, beta) = _prepare(spec, ("x", "gamma", "beta"), (x, gamma, beta))
+        (shape,) = spec.infer_shapes(_shapes((x, gamma, beta)), **attrs)
+        y = fw.empty(shape, x)
+        h = shape[-1]
+        rows = _numel(shape) // h if h else 0
+        if rows:
+            with fw.on_device(x):
+                self._call(spec.name, "bridge_fused_layer_norm", dtype, fw.ptr(x), fw.ptr(gamma), fw.ptr(beta),
+                           fw.ptr(y), rows, h, attrs["epsilon"], fw.stream(x))
+        return y
+
+    def fused_layer_norm_backward(self, dy, x, gamma, **attrs):
+        """(dx, dgamma, dbeta) of FusedLayerNorm at x for the output gradient dy."""
+        spec = _specs.get("FusedLayerNorm")
+        attrs = spec.resolve(attrs)
+        fw, dtype, (dy, x, gamma) = _prepare(spec, ("dy", "x", "gamma"), (dy, x, gamma))
+        (shape,) = spec.infer_shapes([tuple(x.shape), tuple(gamma.shape), tuple(gamma.shape)], **attrs)
+        if tuple(dy.shape) != tuple(shape):
+            raise OpError(spec.name, "dy", f"must have the shape of x {list(shape)}, got {list(dy.shape)}")
+        h = shape[-1]
+        rows = _numel(shape) // h if h else 0
+        dx, dgamma, dbeta = fw.empty(shape, x), fw.empty((h,), x), fw.empty((h,), x)
+        if h:
+            with fw.on_device(x):
+                self._call(spec.name, "bridge_fused_layer_norm_backward", dtype, fw.ptr(dy), fw.ptr(x),
+                           fw.ptr(gamma), fw.ptr(dx), fw.ptr(dgamma), fw.ptr(dbeta), rows, h, attrs["epsilon"],
+                           fw.stream(x))
+        return dx, dgamma, dbeta
+
+    # -- YoloConvBnLeaky ---------------------------------------------------
+    def yolo_conv_bn_leaky(self, x, filter, conv_bias, bn_gamma, bn_beta, bn_mean, bn_variance,
+                           allow_tf32: bool = False, bias_epilogue: bool = True, **attrs):
+        """`allow_tf32`: float32 products in TF32 (faster; ~1e-3 relative error,
+        outside ops.md's float32 tolerance). `bias_epilogue=False` adds the bias in
+        the LeakyReLU pass instead of cuBLASLt's epilogue (the fallback road)."""
+        spec = _specs.get("YoloConvBnLeaky")
+        attrs = spec.resolve(attrs)
+        names = tuple(a.name for a in spec.inputs)
+        fw, dtype, arrays = _prepare(spec, names, (x, filter, conv_bias, bn_gamma, bn_beta, bn_mean, bn_variance))
+        geometry, out_shape = conv_geometry(_shapes(arrays), **attrs)
+        y = fw.empty(out_shape, arrays[0])
+        if _numel(out_shape):
+            _preload_cublaslt()
+            flags = (ALLOW_TF32 if allow_tf32 else 0) | (0 if bias_epilogue else NO_EPILOGUE)
+            geom = (_i64 * len(geometry))(*geometry)
+            with fw.on_device(arrays[0]):
+                self._call(spec.name, "bridge_yolo_conv_bn_leaky", dtype, *[fw.ptr(a) for a in arrays], fw.ptr(y),
+                           geom, attrs["epsilon"], attrs["alpha"], flags, fw.stream(arrays[0]))
+        return y
+
+    # -- YoloDecode --------------------------------------------------------
+    def yolo_decode(self, raw, **attrs):
+        spec = _specs.get("YoloDecode")
+        attrs = spec.resolve(attrs)
+        fw, dtype, (raw,) = _prepare(spec, ("raw",), (raw,))
+        shapes = spec.infer_shapes(_shapes((raw,)), **attrs)
+        outs = [fw.empty(s, raw) for s in shapes]
+        anchors = [float(a) for a in attrs["anchors"]]
+        if _numel(raw.shape):
+            n, h, w, _ = (int(d) for d in raw.shape)
+            with fw.on_device(raw):
+                self._call(spec.name, "bridge_yolo_decode", dtype, fw.ptr(raw), *[fw.ptr(o) for o in outs], n, h, w,
+                           (_f * len(anchors))(*anchors), len(anchors) // 2, attrs["num_classes"], attrs["stride"],
+                           attrs["scale_x_y"], fw.stream(raw))
+        return tuple(outs)
+
+
+def conv_geometry(shapes, **attrs) -> Tuple[Tuple[int, ...], Tuple[int, ...]]:
+    """The harness's 15 geometry values (n, h, w, cin, kh, kw, cout, oh, ow, sh, sw,
+    dh, dw, pad_top, pad_left) and the output shape, from the spec's own shape
+    inference and padding resolution (raises its OpError on bad input)."""
+    spec = _specs.get("YoloConvBnLeaky")
+    attrs = spec.resolve(attrs)
+    (out,) = spec.infer_shapes(shapes, **attrs)
+    onnx = spec.to_onnx_attrs(shapes, **attrs)
+    n, h, w, cin = shapes[0]
+    kh, kw, _, cout = shapes[1]
+    top, left, _, _ = onnx["pads"]
+    return (n, h, w, cin, kh, kw, cout, out[1], out[2], *onnx["strides"], *onnx["dilations"], top, left), tuple(out)
+
+
+@functools.lru_cache(maxsize=None)
+def _load(path: str) -> Harness:
+    return Harness(path)
+
+
+def harness(build: bool = True) -> Harness:
+    """The loaded harness, built first when the cache has none (BuildError when
+    nvcc or cublasLt.h is missing: the message says which and the fix)."""
+    from bridge.native import cuda_harness_build
+    b = cuda_harness_build()
+    lib = b.library() if build else b.folder() / b.target_file
+    if not lib.exists():
+        raise CudaUnavailable(f"{lib} is not built. Fix: bridge.cuda.library_path()")
+    return _load(str(lib))
+
+
+def require_gpu() -> str:
+    """The device description, or CudaUnavailable with the reason."""
+    ok, what = gpu_status()
+    if not ok:
+        raise CudaUnavailable(what)
+    return what
+
+
+__all__ = ["ABI_VERSION", "CudaUnavailable", "Harness", "conv_geometry", "gpu_status", "harness", "library_path",
+           "require_gpu"]

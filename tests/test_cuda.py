@@ -1,0 +1,403 @@
+"""The CUDA kernels (tf_ops/cuda/*.cuh) through the C-ABI harness (bridge.cuda),
+against the numpy float64 references of bridge.ops.
+
+What runs everywhere: the harness and the TensorFlow GPU kernels compile with
+nvcc (skipped, with the reason, where nvcc is absent), the geometry handed to the
+convolution kernel, the test's own backward reference against finite differences,
+and the benchmark's message on a machine without a GPU. Everything that launches
+a kernel needs a CUDA device seen by PyTorch or CuPy and is skipped without one.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bridge import cuda, native
+from bridge import ops as specs
+from bridge.ops import OpError
+
+from conftest import assert_close
+
+ROOT = Path(__file__).resolve().parent.parent
+GPU, GPU_WHY = cuda.gpu_status()
+needs_gpu = pytest.mark.skipif(not GPU, reason=GPU_WHY)
+
+FLN = specs.get("FusedLayerNorm")
+CONV = specs.get("YoloConvBnLeaky")
+DECODE = specs.get("YoloDecode")
+ANCHORS_13 = [116, 90, 156, 198, 373, 326]  # ops.md, the stride-32 head
+
+
+def _nvcc_or_skip():
+    try:
+        return native.nvcc_exe()
+    except native.BuildError as e:
+        pytest.skip(f"nvcc absent: {e}")
+
+
+# -- runs everywhere -----------------------------------------------------------
+
+def test_harness_and_tf_gpu_kernels_compile(tmp_path):
+    """The harness builds through its real recipe (CMake + nvcc) and exports the C
+    ABI; the three TensorFlow GPU kernel files compile with nvcc as the
+    BRIDGE_CUDA=ON build compiles them (one translation unit here, to parse
+    TensorFlow's headers once)."""
+    nvcc = _nvcc_or_skip()
+    result = {}
+
+    def build_harness():
+        try:
+            result["lib"] = native.cuda_harness_build().library(quiet=True)
+        except Exception as e:  # reported below, from the test's thread
+            result["error"] = e
+
+    worker = threading.Thread(target=build_harness)
+    worker.start()
+    try:
+        tf_obj = _compile_tf_gpu_kernels(nvcc, tmp_path)
+    finally:
+        worker.join()
+    if "error" in result:
+        raise result["error"]
+    import ctypes
+    lib = ctypes.CDLL(str(result["lib"]))
+    assert lib.bridge_cuda_abi_version() == cuda.ABI_VERSION
+    for spec in specs.all_specs():
+        for suffix in ("f32", "f16"):
+            assert hasattr(lib, f"bridge_{spec.module}_{suffix}"), f"harness lacks bridge_{spec.module}_{suffix}"
+    assert hasattr(lib, "bridge_fused_layer_norm_backward_f32")
+    _c_abi_refuses_bad_calls(cuda.Harness(result["lib"]))
+    if tf_obj is not None:
+        symbols = subprocess.run(["nm", "-C", str(tf_obj)], capture_output=True, text=True).stdout
+        for op in ("FusedLayerNormGpuOp", "YoloConvBnLeakyGpuOp", "YoloDecodeGpuOp"):
+            assert op in symbols, f"{op} missing from the compiled TF GPU kernels"
+
+
+def _c_abi_refuses_bad_calls(k):
+    """What the C side guards itself comes back as a message, never a crash;
+    these are refused before any device is touched, so they run without a GPU."""
+    import ctypes
+
+    def refused(name, *args):
+        assert getattr(k.lib, name)(*args) != 0, name
+        return k.lib.bridge_cuda_last_error().decode()
+
+    assert refused("bridge_fused_layer_norm_f32", None, None, None, None, 3, 0, 1e-5, None) == (
+        "FusedLayerNorm: argument 'x': H must be >= 1 when there are rows, got rows=3, H=0")
+    geometry = (ctypes.c_int64 * 15)(1, 5, 5, 3, 3, 3, 4, 5, 5, 0, 1, 1, 1, 1, 1)
+    assert refused("bridge_yolo_conv_bn_leaky_f32", *[None] * 8, geometry, 1e-5, 0.1, 0, None).startswith(
+        "YoloConvBnLeaky: argument 'strides': strides and dilations must be positive, got x [1,5,5,3]")
+    anchors = (ctypes.c_float * 66)(*[1.0] * 66)
+    assert refused("bridge_yolo_decode_f32", None, None, None, None, 1, 1, 1, anchors, 33, 1, 8, 1.0, None) == (
+        "YoloDecode: argument 'anchors': the CUDA kernel takes 1..32 anchors (2...64 values), got 66 values")
+    # a host pointer: without a GPU the driver check fails, with one the pointer check
+    x = np.ones(8, np.float32)
+    p = x.ctypes.data_as(ctypes.c_void_p)
+    message = refused("bridge_fused_layer_norm_f32", p, p, p, p, 2, 4, 1e-5, None)
+    assert "host memory" in message or "cudaPointerGetAttributes: CUDA error" in message, message
+    with pytest.raises(RuntimeError, match=r"^FusedLayerNorm \(CUDA\): "):
+        k._call("FusedLayerNorm", "bridge_fused_layer_norm", "float32", p, p, p, p, 2, 4, 1e-5, None)
+
+
+def _compile_tf_gpu_kernels(nvcc, tmp_path):
+    """nvcc on tf_ops/*.cu.cc with TensorFlow's flags, the include shim of
+    tf_ops/CMakeLists.txt and GOOGLE_CUDA=1. None (after a skip message) without TF."""
+    try:
+        import importlib.util
+        if importlib.util.find_spec("tensorflow") is None:
+            raise ImportError
+    except ImportError:
+        return None
+    flags = subprocess.run([sys.executable, "-c", "import tensorflow as tf; print('\\n'.join(tf.sysconfig.get_compile_flags()))"],
+                           capture_output=True, text=True, timeout=300,
+                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}).stdout.split()
+    include = native.cuda_include(nvcc)
+    assert include is not None, "nvcc's include folder (cuda_runtime.h) not found"
+    shim = tmp_path / "shim" / "third_party" / "gpus" / "cuda"
+    shim.mkdir(parents=True)
+    (shim / "include").symlink_to(include)
+    sources = sorted((ROOT / "tf_ops").glob("*.cu.cc"))
+    assert len(sources) == len(specs.all_specs()), [s.name for s in sources]
+    unity = tmp_path / "tf_gpu_kernels.cu.cc"
+    unity.write_text("".join(f'#include "{s}"\n' for s in sources))
+    cmd = [nvcc, "-x", "cu", "-std=c++17", "-O0", "--expt-relaxed-constexpr", "-arch=sm_90", "-DGOOGLE_CUDA=1",
+           "-Xcompiler", "-fPIC", f"-I{tmp_path / 'shim'}", f"-I{ROOT / 'tf_ops'}"]
+    for f in flags:
+        if f.startswith("-I"):
+            cmd += ["-isystem", f[2:]]
+        elif f.startswith("-D"):
+            cmd.append(f)
+    cmd += ["-isystem", str(native.cublas_include(nvcc)), "-c", str(unity), "-o", str(tmp_path / "tf_gpu.o")]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"nvcc failed on the TF GPU kernels:\n{done.stderr[-4000:]}"
+    return tmp_path / "tf_gpu.o"
+
+
+def test_conv_geometry_follows_the_spec():
+    shapes = [(1, 5, 7, 3), (3, 3, 3, 4)] + [(4,)] * 5
+    geometry, out = cuda.conv_geometry(shapes, strides=[1, 2, 2, 1], padding="SAME")
+    # SAME, stride 2: OH = ceil(5/2) = 3, OW = ceil(7/2) = 4; the padding totals
+    # (2 and 2) split with the odd pixel at the end: 1 before on each axis.
+    assert out == (1, 3, 4, 4)
+    assert geometry == (1, 5, 7, 3, 3, 3, 4, 3, 4, 2, 2, 1, 1, 1, 1)
+    geometry, out = cuda.conv_geometry(shapes, padding="EXPLICIT", explicit_paddings=[0, 0, 2, 0, 0, 1, 0, 0],
+                                       dilations=[1, 2, 1, 1])
+    assert out == (1, 3, 6, 4) and geometry[-2:] == (2, 0) and geometry[11:13] == (2, 1)
+    shapes = [(1, 6, 6, 4), (1, 1, 4, 8)] + [(8,)] * 5
+    assert cuda.conv_geometry(shapes, padding="VALID")[0][-2:] == (0, 0)
+
+
+def test_conv_geometry_rejects_what_the_spec_rejects():
+    with pytest.raises(OpError, match=r"YoloConvBnLeaky: argument 'filter': Cin mismatch"):
+        cuda.conv_geometry([(1, 5, 5, 3), (3, 3, 2, 4)] + [(4,)] * 5)
+    with pytest.raises(OpError, match=r"YoloConvBnLeaky: argument 'strides'"):
+        cuda.conv_geometry([(1, 5, 5, 3), (3, 3, 3, 4)] + [(4,)] * 5, strides=[1, 0, 1, 1])
+
+
+def layer_norm_backward_reference(dy, x, gamma, epsilon):
+    """FusedLayerNorm's gradients in float64 (biased variance, as ops.md)."""
+    dy, x, gamma = (np.asarray(a, dtype=np.float64) for a in (dy, x, gamma))
+    h = x.shape[-1]
+    mean = x.mean(axis=-1, keepdims=True)
+    rstd = 1.0 / np.sqrt(((x - mean) ** 2).mean(axis=-1, keepdims=True) + epsilon)
+    xhat = (x - mean) * rstd
+    g = dy * gamma
+    dx = rstd * (g - g.mean(axis=-1, keepdims=True) - xhat * (g * xhat).mean(axis=-1, keepdims=True))
+    return dx, (dy * xhat).reshape(-1, h).sum(axis=0), dy.reshape(-1, h).sum(axis=0)
+
+
+def test_backward_reference_matches_finite_differences(rng):
+    """The formula the GPU backward is judged by, checked against central
+    differences of the spec's own forward reference."""
+    x = rng.normal(size=(3, 5)) * 2 + 1
+    gamma, beta, dy = rng.normal(size=5), rng.normal(size=5), rng.normal(size=(3, 5))
+    eps, step = 1e-3, 1e-6
+    loss = lambda x_, g_, b_: float(np.sum(dy * FLN.reference(x_, g_, b_, epsilon=eps)))
+    dx, dgamma, dbeta = layer_norm_backward_reference(dy, x, gamma, eps)
+    for value, grad, which in ((x, dx, 0), (gamma, dgamma, 1), (beta, dbeta, 2)):
+        numeric = np.zeros_like(value)
+        for i in np.ndindex(value.shape):
+            args = [x.copy(), gamma.copy(), beta.copy()]
+            args[which][i] += step
+            up = loss(*args)
+            args[which][i] -= 2 * step
+            numeric[i] = (up - loss(*args)) / (2 * step)
+        np.testing.assert_allclose(grad, numeric, rtol=1e-6, atol=1e-7)
+
+
+def test_host_arrays_are_refused_naming_op_and_argument(rng):
+    """Checked before any device work, so it runs without a GPU too."""
+    _nvcc_or_skip()
+    k = cuda.harness()
+    x, g = rng.normal(size=(2, 3)).astype(np.float32), rng.normal(size=3).astype(np.float32)
+    with pytest.raises(OpError, match=r"^FusedLayerNorm: argument 'x': must be on a CUDA device, got cpu "
+                                      r"\(a numpy array of shape \[2, 3\]\)"):
+        k.fused_layer_norm(x, g, g)
+    with pytest.raises(OpError, match=r"^YoloDecode: argument 'raw': must be a torch.Tensor or cupy.ndarray"):
+        k.yolo_decode([[1.0]], anchors=ANCHORS_13, num_classes=1, stride=8)
+    torch = pytest.importorskip("torch")
+    if not GPU:
+        with pytest.raises(OpError, match=r"^YoloConvBnLeaky: argument 'x': must be on a CUDA device, got cpu "
+                                          r"\(shape \[1, 5, 5, 3\]\)"):
+            k.yolo_conv_bn_leaky(torch.ones(1, 5, 5, 3), torch.ones(3, 3, 3, 4), *[torch.ones(4)] * 5)
+
+
+def test_without_a_gpu_the_reason_is_given():
+    if GPU:
+        pytest.skip(f"a GPU is here ({GPU_WHY})")
+    assert GPU_WHY.startswith("no CUDA GPU: ")
+    with pytest.raises(cuda.CudaUnavailable, match="no CUDA GPU"):
+        cuda.require_gpu()
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "cuda.py")], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "needs a CUDA GPU" in done.stderr and "no CUDA GPU" in done.stderr
+
+
+# -- on a GPU ------------------------------------------------------------------
+
+class Device:
+    """numpy <-> the framework that sees the GPU (PyTorch first, else CuPy)."""
+
+    def __init__(self):
+        try:
+            import torch
+            if not torch.cuda.is_available():
+                raise ImportError
+            self.torch, self.cupy = torch, None
+        except ImportError:
+            import cupy
+            self.torch, self.cupy = None, cupy
+
+    def put(self, a: np.ndarray):
+        if self.torch is not None:
+            return self.torch.from_numpy(np.ascontiguousarray(a)).cuda()
+        return self.cupy.asarray(a)
+
+    def get(self, a) -> np.ndarray:
+        if self.torch is not None:
+            return a.cpu().numpy()
+        return self.cupy.asnumpy(a)
+
+    def misaligned(self, a: np.ndarray):
+        """`a` on the device at an address 1 element past a 256-byte boundary."""
+        flat = np.concatenate([np.zeros(1, a.dtype), a.ravel()])
+        return self.put(flat)[1:].reshape(a.shape)
+
+
+@pytest.fixture(scope="module")
+def dev():
+    if not GPU:
+        pytest.skip(GPU_WHY)
+    return Device()
+
+
+@pytest.fixture(scope="module")
+def k():
+    if not GPU:
+        pytest.skip(GPU_WHY)
+    return cuda.harness()
+
+
+def _inputs(rng, dtype, *shapes):
+    return [rng.normal(size=s).astype(dtype) for s in shapes]
+
+
+# Warp per row (H <= 256 vectors), block per row, and the re-reading kernel; odd H
+# (scalar loads), H = 1, and empty tensors.
+FLN_SHAPES = [(3, 5), (2, 3, 768), (4, 1), (7, 1024), (3, 1025), (2, 4096), (2, 3000), (2, 9001), (2, 40000),
+              (0, 16), (5, 0), (1, 2, 1, 33)]
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("shape", FLN_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_fused_layer_norm(k, dev, rng, shape, dtype):
+    # A mean far from 0 (offset 3) is where a one-pass variance would cancel.
+    x, gamma, beta = _inputs(rng, dtype, shape, shape[-1:], shape[-1:])
+    x = (rng.normal(size=shape) * 2 + 3).astype(dtype)
+    y = dev.get(k.fused_layer_norm(dev.put(x), dev.put(gamma), dev.put(beta), epsilon=1e-5))
+    assert y.dtype == np.dtype(dtype)
+    assert_close("FusedLayerNorm", y, FLN.reference(x, gamma, beta, epsilon=1e-5), dtype)
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_fused_layer_norm_unaligned_takes_the_scalar_road(k, dev, rng, dtype):
+    x, gamma, beta = _inputs(rng, dtype, (6, 512), (512,), (512,))
+    y = dev.get(k.fused_layer_norm(dev.misaligned(x), dev.put(gamma), dev.misaligned(beta)))
+    assert_close("FusedLayerNorm", y, FLN.reference(x, gamma, beta), dtype)
+
+
+# Backward tolerances: float32 1e-4 * max(1, |ref|) (ten times ops.md's forward
+# bound: dgamma/dbeta are sums over rows); float16 4e-3 * max(1, |ref|).
+BACKWARD_SCALE = {"float32": 10.0, "float16": 2.0}
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("shape", [(3, 5), (2, 3, 768), (4, 1), (65, 1024), (3, 1025), (2, 9001), (0, 8)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_fused_layer_norm_backward(k, dev, rng, shape, dtype):
+    x, gamma, dy = _inputs(rng, dtype, shape, shape[-1:], shape)
+    dx, dgamma, dbeta = (dev.get(a) for a in k.fused_layer_norm_backward(dev.put(dy), dev.put(x), dev.put(gamma),
+                                                                          epsilon=1e-5))
+    ref = layer_norm_backward_reference(dy, x, gamma, 1e-5)
+    for got, want, what in zip((dx, dgamma, dbeta), ref, ("dx", "dgamma", "dbeta")):
+        assert_close("FusedLayerNorm", got, want, dtype, scale=BACKWARD_SCALE[dtype], what=what)
+
+
+@needs_gpu
+def test_fused_layer_norm_backward_is_deterministic(k, dev, rng):
+    x, gamma, dy = (dev.put(a) for a in _inputs(rng, "float32", (300, 768), (768,), (300, 768)))
+    first = [dev.get(a) for a in k.fused_layer_norm_backward(dy, x, gamma)]
+    again = [dev.get(a) for a in k.fused_layer_norm_backward(dy, x, gamma)]
+    for a, b in zip(first, again):
+        assert np.array_equal(a, b)
+
+
+CONV_CASES = [
+    ((1, 5, 7, 8), (1, 1, 8, 16), {}),                                   # 1x1 stride 1: a plain GEMM
+    ((2, 7, 9, 3), (3, 3, 3, 5), {}),                                    # SAME, odd sizes
+    ((1, 9, 11, 4), (3, 3, 4, 6), {"strides": [1, 2, 2, 1]}),             # YOLO's downsampling block
+    ((1, 8, 9, 3), (2, 3, 3, 7), {"padding": "VALID", "strides": [1, 2, 1, 1], "dilations": [1, 2, 1, 1]}),
+    ((1, 6, 6, 2), (3, 3, 2, 3), {"padding": "EXPLICIT", "explicit_paddings": [0, 0, 1, 2, 0, 1, 0, 0]}),
+    ((1, 5, 5, 1), (3, 3, 1, 1), {}),                                    # Cin = Cout = 1
+    ((1, 6, 6, 4), (1, 1, 4, 8), {"strides": [1, 2, 2, 1]}),             # 1x1 but strided: im2col
+    ((0, 5, 5, 2), (3, 3, 2, 4), {}),                                    # empty batch
+    ((1, 160, 160, 96), (3, 3, 96, 16), {}),                             # im2col in two chunks
+]
+
+
+def _conv_inputs(rng, dtype, xs, fs):
+    cin, cout = fs[2], fs[3]
+    x = rng.normal(size=xs)
+    filt = rng.normal(size=fs) / np.sqrt(max(1, fs[0] * fs[1] * cin))  # keeps |y| near 1
+    params = [rng.normal(size=cout) * 0.1, rng.normal(size=cout), rng.normal(size=cout) * 0.1,
+              rng.normal(size=cout) * 0.1, rng.uniform(0.5, 2.0, size=cout)]
+    return [a.astype(dtype) for a in [x, filt, *params]]
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("epilogue", [True, False], ids=["bias-epilogue", "bias-in-leaky-pass"])
+@pytest.mark.parametrize("xs,fs,attrs", CONV_CASES, ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else None)
+def test_yolo_conv_bn_leaky(k, dev, rng, xs, fs, attrs, dtype, epilogue):
+    arrays = _conv_inputs(rng, dtype, xs, fs)
+    y = dev.get(k.yolo_conv_bn_leaky(*(dev.put(a) for a in arrays), bias_epilogue=epilogue, **attrs))
+    assert_close("YoloConvBnLeaky", y, CONV.reference(*arrays, **attrs), dtype)
+
+
+@needs_gpu
+def test_yolo_conv_bn_leaky_tf32(k, dev, rng):
+    """TF32 (opt-in) rounds the inputs to 10-bit mantissas: stated tolerance
+    2e-3 * max(1, |y|) at these unit-scale inputs, 20x ops.md's float32 bound."""
+    xs, fs = (1, 26, 26, 64), (3, 3, 64, 32)
+    arrays = _conv_inputs(rng, "float32", xs, fs)
+    y = dev.get(k.yolo_conv_bn_leaky(*(dev.put(a) for a in arrays), allow_tf32=True))
+    assert_close("YoloConvBnLeaky", y, CONV.reference(*arrays), "float32", scale=20.0, what="TF32")
+
+
+DECODE_CASES = [(1, 13, 13, 3, 80, 1.0), (2, 5, 7, 3, 1, 1.05), (1, 1, 1, 1, 1, 1.0), (3, 2, 3, 2, 4, 1.2),
+                (0, 4, 4, 3, 2, 1.0)]
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("n,h,w,a,c,sxy", DECODE_CASES)
+def test_yolo_decode(k, dev, rng, n, h, w, a, c, sxy, dtype):
+    anchors = [float(v) for v in (ANCHORS_13 * 2)[: 2 * a]]
+    attrs = dict(anchors=anchors, num_classes=c, stride=32, scale_x_y=sxy)
+    raw = (rng.normal(size=(n, h, w, a * (5 + c))) * 2).astype(dtype)
+    got = [dev.get(o) for o in k.yolo_decode(dev.put(raw), **attrs)]
+    for g, want, what in zip(got, DECODE.reference(raw, **attrs), ("boxes", "objectness", "class_probs")):
+        assert_close("YoloDecode", g, want, dtype, what=what)
+
+
+@needs_gpu
+def test_bad_input_is_refused_with_the_op_and_argument(k, dev, rng):
+    x, gamma, beta = _inputs(rng, "float32", (4, 8), (8,), (8,))
+    with pytest.raises(OpError, match=r"FusedLayerNorm: argument 'gamma': must be on a CUDA device, got cpu"):
+        k.fused_layer_norm(dev.put(x), gamma if dev.torch is None else dev.torch.from_numpy(gamma), dev.put(beta))
+    with pytest.raises(OpError, match=r"FusedLayerNorm: argument 'beta': dtype float16 differs from x's float32"):
+        k.fused_layer_norm(dev.put(x), dev.put(gamma), dev.put(beta.astype(np.float16)))
+    with pytest.raises(OpError, match=r"FusedLayerNorm: argument 'gamma': must have shape \[H\]=\[8\]"):
+        k.fused_layer_norm(dev.put(x), dev.put(gamma[:5]), dev.put(beta))
+    with pytest.raises(OpError, match=r"FusedLayerNorm: argument 'T': dtype float64 is not one of"):
+        k.fused_layer_norm(*(dev.put(a.astype(np.float64)) for a in (x, gamma, beta)))
+    with pytest.raises(OpError, match=r"FusedLayerNorm: argument 'dy': must have the shape of x \[4, 8\]"):
+        k.fused_layer_norm_backward(dev.put(x[:2]), dev.put(x), dev.put(gamma))
+    with pytest.raises(OpError, match=r"YoloDecode: argument 'raw': last dim must be A\*\(5\+C\)"):
+        k.yolo_decode(dev.put(np.ones((1, 2, 2, 7), np.float32)), anchors=ANCHORS_13, num_classes=2, stride=8)
+    # past the CUDA kernel's own limit (anchors travel in its parameters)
+    with pytest.raises(RuntimeError, match=r"YoloDecode \(CUDA\): YoloDecode: argument 'anchors': the CUDA kernel "
+                                           r"takes 1..32 anchors"):
+        k.yolo_decode(dev.put(np.ones((1, 1, 1, 33 * 6), np.float32)), anchors=[1.0] * 66, num_classes=1, stride=8)
