@@ -40,6 +40,9 @@ class ExportResult:
     checks: List[Check] = field(default_factory=list)   # empty: nothing was verified
     seconds: Dict[str, float] = field(default_factory=dict)  # per stage
     details: Dict[str, Any] = field(default_factory=dict)    # JSON-able extras (fusion report, opset, ...)
+    # why `checks` is empty although verification was asked for (e.g. no runtime
+    # here can run the file); the command reports --no-verify itself
+    not_verified: str = ""
 
     @property
     def ok(self) -> bool:

@@ -114,6 +114,7 @@ class OnnxSummary:
 
 def inspect_onnx(path) -> OnnxSummary:
     import onnx
+    from bridge.onnx_plugins.functions import all_nodes
     path = str(path)
     try:
         size = os.path.getsize(path)
@@ -127,7 +128,7 @@ def inspect_onnx(path) -> OnnxSummary:
 
     ops: Counter = Counter()
     custom: List[CustomNode] = []
-    for node in _nodes(model.graph):
+    for node in all_nodes(model.graph):
         ops[(node.domain, node.op_type)] += 1
         if node.domain not in STANDARD_DOMAINS:
             custom.append(CustomNode(node.domain, node.op_type, node.name,
@@ -156,19 +157,6 @@ def inspect_onnx(path) -> OnnxSummary:
         outputs=[_value_info(v) for v in model.graph.output],
         initializers=len(model.graph.initializer), initializer_bytes=n_bytes,
         external=[ExternalFile(loc, n, b, (base / loc).is_file()) for loc, (n, b) in sorted(external.items())])
-
-
-def _nodes(graph):
-    """Every node of a graph, including those in If/Loop/Scan bodies."""
-    import onnx
-    for node in graph.node:
-        yield node
-        for a in node.attribute:
-            if a.type == onnx.AttributeProto.GRAPH:
-                yield from _nodes(a.g)
-            elif a.type == onnx.AttributeProto.GRAPHS:
-                for g in a.graphs:
-                    yield from _nodes(g)
 
 
 def _initializers(graph):

@@ -28,6 +28,8 @@ import numpy as np
 
 from bridge.exporting import Check, ExportError, ExportResult, OptionError, quiet
 
+from .stages import compare_outputs, model_to_export, tf_outputs
+
 DESCRIPTION = "Ascend GE/ATC: a static ONNX for ATC, the OPP plugin package, atc.sh and a README"
 MODES = ()
 SUFFIX = "_ge"
@@ -53,31 +55,6 @@ def check_opset(opset: Optional[int]) -> int:
 
 
 # -- the model -------------------------------------------------------------------
-def _convert_tf(source, model, opset: int, verbose: bool):
-    """tf2onnx at ATC's opset with the com.bridge handlers, no function bodies
-    (export_onnx's own pipeline adds functions, which need opset >= 13)."""
-    import tf2onnx
-    from bridge.converters import export_onnx as eo
-    from bridge.converters.tf2onnx_common import custom_opset, register_all
-    register_all()
-    fn = source.function(model if source.is_keras else None)
-    with eo._tf2onnx_logging(verbose) as capture:
-        try:
-            onnx_model, _ = tf2onnx.convert.from_function(fn, input_signature=source.signature(), opset=opset,
-                                                          extra_opset=custom_opset())
-        except Exception as e:
-            raise eo._handler_failures(capture) or ExportError(f"tf2onnx failed: {type(e).__name__}: {e}") from e
-    failure = eo._handler_failures(capture)
-    if failure is not None:
-        raise failure
-    bad = eo.unsupported_nodes(onnx_model, opset)
-    if bad:
-        raise ExportError(eo._unsupported_message(bad))
-    eo._order_outputs(onnx_model, source.output_names)
-    eo._fill_output_types(onnx_model)
-    return onnx_model, fn
-
-
 def fix_shapes(model, shapes: Dict[str, tuple]) -> None:
     """Static input dims in place (ATC wants them, and atc.sh passes the same)."""
     for inp in model.graph.input:
@@ -95,10 +72,10 @@ def ge_model(model, *, opset: int, parser: str, shapes: Dict[str, tuple]):
     """An ONNX model (custom mode) made ATC's: functions dropped (ATC takes none),
     static shapes, the parser's domain layout. Returns a new ModelProto."""
     import onnx
-    from bridge.ascend.expand import _drop_custom_functions, _set_opsets, opset_of, to_legacy
+    from bridge.ascend.expand import drop_custom_functions, opset_of, set_opsets, to_legacy
     out = onnx.ModelProto()
     out.CopyFrom(model)
-    _drop_custom_functions(out)
+    drop_custom_functions(out)
     if len(out.functions):
         out = onnx.inliner.inline_local_functions(out)
     have = opset_of(out)
@@ -107,7 +84,7 @@ def ge_model(model, *, opset: int, parser: str, shapes: Dict[str, tuple]):
     fix_shapes(out, shapes)
     if parser == "legacy":
         return to_legacy(out)
-    _set_opsets(out, opset, keep_custom=False)  # unused imports (tf2onnx adds ai.onnx.ml) dropped
+    set_opsets(out, opset, keep_custom=False)  # unused imports (tf2onnx adds ai.onnx.ml) dropped
     return out
 
 
@@ -234,7 +211,7 @@ def export(source, output: str, *, mode=None, opset: Optional[int] = None, fuse:
            verbose: bool = False, progress=None, atol: Optional[float] = None, verify: bool = True,
            parser: str = "new", soc_version: str = DEFAULT_SOC, **_) -> ExportResult:
     """The `--to ge` exporter (interface: bridge/commands/export.py)."""
-    from bridge.converters import export_onnx as eo
+    from bridge.converters.export_onnx import convert_raw
     from bridge.modelsource import ModelSourceError
     progress = progress or quiet()
     opset = check_opset(opset)
@@ -245,24 +222,31 @@ def export(source, output: str, *, mode=None, opset: Optional[int] = None, fuse:
     except ModelSourceError as e:
         raise OptionError(str(e)) from None
     summary: List[str] = []
+    details = {"parser": parser, "opset": opset, "soc": soc_version}
     fn = None
     if source.kind == "onnx":
         onnx_model = source.model
     else:
-        model = eo._fuse(source.model, progress, summary, {}) if fuse and source.is_keras else source.model
+        model = model_to_export(source, fuse, progress, summary, details)
         with progress.stage("converting"):
-            onnx_model, fn = _convert_tf(source, model, opset, verbose)
+            # ATC's opsets (11..) are below the function bodies' 13: bare com.bridge nodes, no functions
+            fn = source.function(model if source.is_keras else None)
+            onnx_model, _ = convert_raw(fn, source.signature(), opset=opset, output_names=source.output_names,
+                                        verbose=verbose)
     with progress.stage("laying out for ATC"):
         ge = ge_model(onnx_model, opset=opset, parser=parser, shapes=shapes)
     feeds = source.sample_inputs(seed=seed)
     checks: List[Check] = []
+    not_verified = ""
     if verify and fn is not None:
         with progress.stage("verifying both plugin routes"):
-            ref = {k: np.asarray(v) for k, v in fn(*[feeds[i.name] for i in source.inputs]).items()}
+            ref = tf_outputs(fn, feeds, [i.name for i in source.inputs])
             for route, got in run_routes(ge, feeds).items():
-                for c in eo.compare_outputs(got, ref, atol):
+                for c in compare_outputs(got, ref, atol):
                     c.output = f"{c.output} [{route}]"
                     checks.append(c)
+    elif verify:
+        not_verified = "an ONNX source: no TensorFlow model to compare against"
     with progress.stage("writing"):
         files = package(ge, output, opset=opset, parser=parser, shapes=shapes, soc=soc_version, feeds=feeds,
                         name=source.name)
@@ -270,7 +254,7 @@ def export(source, output: str, *, mode=None, opset: Optional[int] = None, fuse:
     summary.append(f"wrote {output}/ (parser {parser}, opset {opset}, {len(ge.graph.node)} nodes, {custom} custom; "
                    f"ATC pre-flight clean; then: opp/install.sh, atc.sh)")
     return ExportResult(output=output, format="ge", files=files, summary=summary, checks=checks,
-                        seconds=dict(progress.seconds), details={"parser": parser, "opset": opset, "soc": soc_version})
+                        seconds=dict(progress.seconds), details=details, not_verified=not_verified)
 
 
 def _custom_types():

@@ -30,6 +30,8 @@ import numpy as np
 
 from bridge.exporting import Check, ExportError, ExportResult, OptionError, Progress, quiet
 
+from .stages import compare_outputs, fuse_model, model_to_export, tf_outputs
+
 DESCRIPTION = "ONNX: fused ops as com.bridge nodes with function bodies (custom) or standard ops only (lowered)"
 MODES = ("custom", "lowered")     # the first is the default
 SUFFIX = ".onnx"
@@ -112,17 +114,19 @@ def _optimizer_errors(catch: bool):
     ~24 optimizer passes so that it can roll a failed pass back
     (TF2ONNX_CATCH_ERRORS). On YOLOv3 that is most of the conversion time and
     ~15 GB of memory; bridge converts without the copies and retries with them
-    only if a pass fails."""
+    only if a pass fails (e.g. the einsum pass below opset 13).
+    tf2onnx 1.17 tests the variable's name, not its value, so any value means
+    "do not catch"; unset, it catches unless large_model (then the retry cannot)."""
     from tf2onnx import constants
     key = constants.ENV_TF2ONNX_CATCH_ERRORS
-    previous = os.environ.get(key)
-    os.environ[key] = "TRUE" if catch else "FALSE"
+    previous = os.environ.pop(key, None)
+    if not catch:
+        os.environ[key] = "FALSE"
     try:
         yield
     finally:
-        if previous is None:
-            os.environ.pop(key, None)
-        else:
+        os.environ.pop(key, None)
+        if previous is not None:
             os.environ[key] = previous
 
 
@@ -144,33 +148,26 @@ def unsupported_nodes(model, opset: int) -> Dict[str, List[str]]:
     nor a com.bridge op: what tf2onnx leaves behind for an op it cannot convert."""
     import onnx
     from bridge import ops as specs
+    from bridge.onnx_plugins.functions import all_nodes
     local = {(f.domain, f.name) for f in model.functions}
     versions = {o.domain: o.version for o in model.opset_import}
     bad: Dict[str, List[str]] = {}
-
-    def visit(graph):
-        for node in graph.node:
-            domain = node.domain or ""
-            ok = False
-            if domain == specs.DOMAIN:
-                ok = node.op_type in specs.SPECS
-            elif (domain, node.op_type) in local:
+    for node in all_nodes(model.graph):
+        domain = node.domain or ""
+        ok = False
+        if domain == specs.DOMAIN:
+            ok = node.op_type in specs.SPECS
+        elif (domain, node.op_type) in local:
+            ok = True
+        elif domain in ("", "ai.onnx", "ai.onnx.ml"):
+            try:
+                onnx.defs.get_schema(node.op_type, versions.get(domain, opset), domain)
                 ok = True
-            elif domain in ("", "ai.onnx", "ai.onnx.ml"):
-                try:
-                    onnx.defs.get_schema(node.op_type, versions.get(domain, opset), domain)
-                    ok = True
-                except onnx.defs.SchemaError:
-                    ok = False
-            if not ok:
-                label = node.op_type if domain in ("", "ai.onnx") else f"{domain}::{node.op_type}"
-                bad.setdefault(label, []).append(node.name)
-            for a in node.attribute:
-                if a.type == onnx.AttributeProto.GRAPH:
-                    visit(a.g)
-                for g in a.graphs:
-                    visit(g)
-    visit(model.graph)
+            except onnx.defs.SchemaError:
+                ok = False
+        if not ok:
+            label = node.op_type if domain in ("", "ai.onnx") else f"{domain}::{node.op_type}"
+            bad.setdefault(label, []).append(node.name)
     return bad
 
 
@@ -207,10 +204,11 @@ def convert_raw(fn, input_signature, *, opset: int, output_names: Optional[Seque
     process the nodes themselves (--to ge at opset 11)."""
     import tf2onnx
     from bridge import onnx_plugins  # noqa: F401  registers the com.bridge schemas (output shapes)
-    from .tf2onnx_common import custom_opset, register_all
+    from .tf2onnx_common import custom_opset, fresh_node_protos, register_all
     register_all()
     for catch in (False, True):
-        with _tf2onnx_logging(verbose) as capture, _numpy2_compat(large), _optimizer_errors(catch):
+        with _tf2onnx_logging(verbose) as capture, _numpy2_compat(large), _optimizer_errors(catch), \
+                fresh_node_protos():
             try:
                 model, storage = tf2onnx.convert.from_function(
                     fn, input_signature=list(input_signature), opset=opset, extra_opset=custom_opset(),
@@ -350,57 +348,15 @@ def _write_external(model, storage: Mapping[str, bytes], data_path: str, data_na
 
 # -- verifying -----------------------------------------------------------------
 def run_onnx(path_or_model, feeds: Mapping[str, np.ndarray], mode: str) -> Dict[str, np.ndarray]:
-    """Runs the export on onnxruntime: with bridge's native kernels in custom mode."""
+    """Runs the export on onnxruntime: with bridge's native kernels in custom mode.
+    A path goes to onnxruntime as it is (external data included)."""
     from bridge import onnx_plugins
-    import onnxruntime as ort
-    if mode == "custom" and isinstance(path_or_model, str) and _has_external_data(path_or_model):
-        # onnx_plugins.session re-serialises the model, which a > 2 GB model cannot survive;
-        # the export already holds its functions, so the file goes to onnxruntime as it is
-        so = ort.SessionOptions()
-        so.add_session_config_entry(onnx_plugins.CONFIG_KEY, ",".join(onnx_plugins.native_ops("all")))
-        so.register_custom_ops_library(str(onnx_plugins.ort_library_path()))
-        sess = ort.InferenceSession(path_or_model, sess_options=so, providers=["CPUExecutionProvider"])
-    elif mode == "custom":
-        sess = onnx_plugins.session(path_or_model, kernels="all")
-    else:
-        src = path_or_model if isinstance(path_or_model, str) else path_or_model.SerializeToString()
-        sess = ort.InferenceSession(src, providers=["CPUExecutionProvider"])
+    sess = onnx_plugins.session(path_or_model, kernels="all" if mode == "custom" else "none")
     names = [o.name for o in sess.get_outputs()]
     return dict(zip(names, sess.run(names, dict(feeds))))
 
 
-def _has_external_data(path: str) -> bool:
-    return os.path.exists(path + ".data")
-
-
-def compare_outputs(got: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray],
-                    atol: Optional[float] = None) -> List[Check]:
-    """Per output: max |got - ref| against the parity rule (bridge.parity.compare)."""
-    from bridge.parity.compare import Tolerance, compare
-    checks = []
-    for name, r in ref.items():
-        r = np.asarray(r)
-        if name not in got:
-            checks.append(Check(name, float("nan"), 0.0, False, f"missing in the export (it has {sorted(got)})"))
-            continue
-        tol = Tolerance.for_dtype(r.dtype).with_overrides(atol=atol)
-        c = compare(np.asarray(got[name]), r, tol)
-        checks.append(Check(name, float(c.max_abs_error), float(c.atol_effective), bool(c.passed), c.note))
-    return checks
-
-
 # -- the pipeline ----------------------------------------------------------------
-def _fuse(model, progress: Progress, summary: List[str], details: dict):
-    from bridge import converters
-    with progress.stage("fusing"):
-        fused, report = converters.fuse(model)
-    text = report.summary() if callable(getattr(report, "summary", None)) else str(report)
-    summary.append(text)
-    to_json = getattr(report, "to_json", None)
-    details["fusion"] = to_json() if callable(to_json) else text
-    return fused
-
-
 def _variable_bytes(concrete) -> int:
     return sum(int(v.shape.num_elements() or 0) * v.dtype.size for v in concrete.variables)
 
@@ -416,11 +372,7 @@ def export(source, output: str, *, mode: Optional[str] = None, opset: Optional[i
         raise OptionError(f"{source.arg} is already an ONNX model")
     summary: List[str] = []
     details: dict = {"mode": mode, "opset": opset}
-    model = source.model
-    if fuse and source.is_keras:
-        model = _fuse(model, progress, summary, details)
-    elif fuse:
-        summary.append(f"{source.kind}: exported as saved (fusion rewrites Keras models only)")
+    model = model_to_export(source, fuse, progress, summary, details)
     with progress.stage("tracing"):
         fn = source.function(model if source.is_keras else None)
         concrete = fn.get_concrete_function()
@@ -440,7 +392,7 @@ def export(source, output: str, *, mode: Optional[str] = None, opset: Optional[i
     if verify:
         with progress.stage("verifying"):
             feeds = source.sample_inputs(seed=seed)
-            ref = {k: np.asarray(v) for k, v in fn(*[feeds[i.name] for i in source.inputs]).items()}
+            ref = tf_outputs(fn, feeds, [i.name for i in source.inputs])
             got = run_onnx(files[0], feeds, mode)
             checks = compare_outputs(got, ref, atol)
     return ExportResult(output=files[0], format="onnx", files=files, summary=summary, checks=checks,
@@ -462,7 +414,7 @@ def export_model(model, input_shapes: Optional[Mapping[str, Sequence]] = None, *
     from bridge import modelsource
     source = modelsource.from_object(model, input_shapes=input_shapes)
     if fuse and source.is_keras:
-        model = _fuse(model, quiet(), [], {})
+        model = fuse_model(model, quiet(), [], {})
     fn = source.function(model if source.is_keras else None)
     onnx_model, _ = convert(fn, source.signature(), opset=opset, mode=mode, output_names=source.output_names,
                             verbose=verbose)

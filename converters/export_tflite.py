@@ -34,6 +34,8 @@ import numpy as np
 from bridge import ops as specs
 from bridge.exporting import Check, ExportError, ExportResult, OptionError, Progress, quiet
 
+from .stages import compare_outputs, model_to_export, tf_outputs
+
 DESCRIPTION = "TFLite: builtins only (lowered: fused ops as their composites) or the fused ops as custom ops"
 MODES = ("lowered", "custom")     # the first is the default
 SUFFIX = ".tflite"
@@ -45,6 +47,8 @@ QUANTIZE = ("none", "float16", "dynamic")
 # An export past its bound fails the check. Measured on YOLOv3-tiny and BERT (small
 # configs): see tests/test_tflite.py and the report in the README.
 QUANTIZE_BOUND: Dict[str, Optional[float]] = {"none": None, "float16": 2e-2, "dynamic": 0.25}
+# Why a custom-mode file is not run here (see the module docstring).
+NO_CUSTOM_KERNELS = "custom ops: no TFLite kernels here (--mode lowered runs anywhere)"
 
 
 class TFLiteExportError(ExportError):
@@ -274,42 +278,14 @@ def run_tflite(data: bytes, feeds: Mapping[str, np.ndarray], delegates: bool = T
 
 
 def check_against(data: bytes, fn, feeds: Mapping[str, np.ndarray], order: Sequence[str], quantize: str,
-           atol: Optional[float] = None) -> List[Check]:
+                  atol: Optional[float] = None) -> List[Check]:
     """Per output: the file on ai_edge_litert against `fn` in TensorFlow, under the
     parity rule; the quantisation's bound replaces the dtype default."""
-    from bridge.parity.compare import Tolerance, compare
-    ref = {k: np.asarray(v) for k, v in fn(*[feeds[n] for n in order]).items()}
-    got = run_tflite(data, feeds)
-    bound = QUANTIZE_BOUND[quantize]
-    checks = []
-    for name, r in ref.items():
-        if name not in got:
-            checks.append(Check(name, float("nan"), 0.0, False, f"missing in the export (it has {sorted(got)})"))
-            continue
-        tol = Tolerance.for_dtype(r.dtype)
-        if bound is not None and r.dtype.kind == "f":
-            tol = Tolerance(bound, bound)
-        c = compare(got[name], r, tol.with_overrides(atol=atol))
-        checks.append(Check(name, float(c.max_abs_error), float(c.atol_effective), bool(c.passed), c.note))
-    return checks
+    ref = tf_outputs(fn, feeds, order)
+    return compare_outputs(run_tflite(data, feeds), ref, atol, bound=QUANTIZE_BOUND[quantize])
 
 
 # -- the pipeline ----------------------------------------------------------------
-def _fuse(model, progress: Progress, summary: List[str], details: dict):
-    from bridge import converters
-    fuse = getattr(converters, "fuse", None)
-    if fuse is None:
-        raise ExportError("the fusion rewriter (bridge.converters.fuse) is not available; --no-fuse exports the "
-                          "model as it is")
-    with progress.stage("fusing"):
-        fused, report = fuse(model)
-    text = report.summary() if callable(getattr(report, "summary", None)) else str(report)
-    summary.append(text)
-    to_json = getattr(report, "to_json", None)
-    details["fusion"] = to_json() if callable(to_json) else text
-    return fused
-
-
 def export(source, output: str, *, mode: Optional[str] = None, quantize: Optional[str] = "none", fuse: bool = True,
            seed: int = 0, progress: Optional[Progress] = None, atol: Optional[float] = None, verify: bool = True,
            opset: Optional[int] = None, verbose: bool = False, **_) -> ExportResult:
@@ -322,11 +298,7 @@ def export(source, output: str, *, mode: Optional[str] = None, quantize: Optiona
         raise OptionError(f"{source.arg} is an ONNX model; --to tflite exports TensorFlow models")
     summary: List[str] = []
     details: dict = {"mode": mode, "quantize": quantize}
-    model = source.model
-    if fuse and source.is_keras:
-        model = _fuse(model, progress, summary, details)
-    elif fuse:
-        summary.append(f"{source.kind}: exported as saved (fusion rewrites Keras models only)")
+    model = model_to_export(source, fuse, progress, summary, details)
     with progress.stage("converting"):
         data = convert_function(source.function(model if source.is_keras else None), mode, quantize, verbose)
     path = write_atomic(data, output)
@@ -343,16 +315,16 @@ def export(source, output: str, *, mode: Optional[str] = None, quantize: Optiona
     else:
         summary.append("builtin ops only: runs on any TFLite runtime")
     checks: List[Check] = []
+    not_verified = ""
     if verify and not custom:
         with progress.stage("verifying"):
             feeds = source.sample_inputs(seed=seed)
             # against the model as given (unfused): the fusion is part of what is checked
             checks = check_against(data, source.function(), feeds, [i.name for i in source.inputs], quantize, atol)
     elif verify:
-        summary.append("not verified: no TFLite runtime here has kernels for the custom ops "
-                       "(--mode lowered runs anywhere)")
+        not_verified = NO_CUSTOM_KERNELS
     return ExportResult(output=path, format="tflite", files=[path], summary=summary, checks=checks,
-                        seconds=dict(progress.seconds), details=details)
+                        seconds=dict(progress.seconds), details=details, not_verified=not_verified)
 
 
 def backend_status(spec) -> Dict[str, str]:

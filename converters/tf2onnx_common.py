@@ -12,6 +12,7 @@ consults when the conversion's `extra_opset` includes that domain
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 from typing import Dict
 
@@ -62,6 +63,19 @@ def to_custom_node(ctx, node, spec) -> None:
         node.set_attr(a.name, list(value) if a.is_list else value)
 
 
+def register_handler(spec):
+    """Registers with tf2onnx the handler that rewrites TF nodes of `spec.name`
+    into the spec's com.bridge node (`to_custom_node`); returns the handler class.
+    Every fused op's handler is this one: its module only names the spec."""
+    from tf2onnx.handler import tf_op
+
+    def version_1(cls, ctx, node, **kwargs):
+        to_custom_node(ctx, node, spec)
+
+    handler = type(f"{spec.name}Handler", (), {"version_1": classmethod(version_1)})
+    return tf_op(spec.name, domain=spec.domain)(handler)
+
+
 def register_all() -> Dict[str, str]:
     """Imports the handler module of every op (bridge.converters.<module>),
     which registers it with tf2onnx. Returns {op: "yes" | why not}."""
@@ -75,3 +89,27 @@ def register_all() -> Dict[str, str]:
                 raise
             status[spec.name] = f"no handler (converters/{spec.module}.py)"
     return status
+
+
+@contextlib.contextmanager
+def fresh_node_protos():
+    """While active, tf2onnx writes each node's attributes into a new NodeProto
+    instead of clearing and refilling the old one. tf2onnx rewrites every node
+    after each of its ~24 optimizer passes; with the upb protobuf runtime the
+    cleared attributes (Const values: the weights) stay in the old message's
+    arena until the message dies, so every pass kept one more copy of the
+    weights (YOLOv3-416: ~250 MB a pass, 6 GB in all)."""
+    import onnx
+    from tf2onnx.graph import Node
+    original = Node.update_proto
+
+    def update_proto(self, external_tensor_storage=None):
+        old = self._op
+        self._op = onnx.NodeProto(name=old.name, op_type=old.op_type, domain=old.domain, doc_string=old.doc_string)
+        return original(self, external_tensor_storage)
+
+    Node.update_proto = update_proto
+    try:
+        yield
+    finally:
+        Node.update_proto = original

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Union
 
@@ -27,6 +28,8 @@ from .functions import (MAX_OPSET, MIN_FUNCTION_OPSET, MIN_INLINE_OPSET, add_fun
 schemas.register_all()
 
 CONFIG_KEY = "bridge.kernels"
+# onnxruntime's session option: where a model given as bytes finds its external data
+EXTERNAL_DATA_FOLDER_KEY = "session.model_external_initializers_file_folder_path"
 
 # The road `session(kernels="fastest")` takes per op: "native" (the library's
 # kernel) or "function" (the function body, inlined and optimised by onnxruntime).
@@ -114,29 +117,50 @@ def session(model_or_path, *, kernels: Union[str, Sequence[str]] = "fastest", th
     """An onnxruntime InferenceSession with the com.bridge kernels named by
     `kernels` ("fastest", "all", "none" or op types) registered; every other
     com.bridge op runs its model-local function (added here if the model lacks it).
-    `threads` sets intra_op_num_threads; `options` is a SessionOptions to start from."""
+    `threads` sets intra_op_num_threads; `options` is a SessionOptions to start from.
+
+    A path goes to onnxruntime as it is (no re-serialisation: models over 2 GB
+    with external data work) unless a com.bridge op without a native kernel has
+    no function in the file; then only the graph is read (tensor data stays on
+    disk), the functions are added in memory, and onnxruntime reads the external
+    data from the file's folder. The file itself is never modified."""
     import onnx
     import onnxruntime as ort
 
     names = native_ops(kernels)
-    model = model_or_path
-    if not isinstance(model, onnx.ModelProto):
-        model = onnx.load(str(model_or_path))
-    used = {n.op_type for n in model.graph.node if n.domain == _specs.DOMAIN}
-    have = {f.name for f in model.functions if f.domain == _specs.DOMAIN}
-    if used - set(names) - have:
-        copy = onnx.ModelProto()
-        copy.CopyFrom(model)
-        model = add_functions(copy)
     so = options or ort.SessionOptions()
+    if isinstance(model_or_path, onnx.ModelProto):
+        model, path = model_or_path, None
+    else:
+        path = os.path.abspath(os.fspath(model_or_path))
+        # every op native: no function can be missing, so the file is read once, by onnxruntime
+        model = None if set(names) >= set(_specs.SPECS) else onnx.load(path, load_external_data=False)
+    if model is not None and _ops_without_body(model, names):
+        if path is None:
+            copy = onnx.ModelProto()
+            copy.CopyFrom(model)
+            model = copy
+        else:
+            # the model goes as bytes: onnxruntime resolves its external data against this folder
+            so.add_session_config_entry(EXTERNAL_DATA_FOLDER_KEY, os.path.dirname(path))
+        source = add_functions(model).SerializeToString()
+    else:
+        source = path if path is not None else model.SerializeToString()
     if threads:
         so.intra_op_num_threads = threads
     if names:
         # The library reads this entry while it registers, so it goes first.
         so.add_session_config_entry(CONFIG_KEY, ",".join(names))
         so.register_custom_ops_library(str(ort_library_path()))
-    return ort.InferenceSession(model.SerializeToString(), sess_options=so,
-                                providers=providers or ["CPUExecutionProvider"], **kw)
+    return ort.InferenceSession(source, sess_options=so, providers=providers or ["CPUExecutionProvider"], **kw)
+
+
+def _ops_without_body(model, native: Sequence[str]) -> set:
+    """com.bridge op types the model uses that have neither a native kernel in
+    this session nor a model-local function."""
+    used = {n.op_type for n in model.graph.node if n.domain == _specs.DOMAIN}
+    have = {f.name for f in model.functions if f.domain == _specs.DOMAIN}
+    return used - set(native) - have
 
 
 # -- `bridge ops` ----------------------------------------------------------------------

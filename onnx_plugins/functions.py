@@ -185,20 +185,22 @@ def _default_opset(model: onnx.ModelProto) -> int:
     raise ValueError("the model imports no default ONNX opset")
 
 
-def _all_nodes(graph: onnx.GraphProto):
+def all_nodes(graph: onnx.GraphProto):
+    """Every node of `graph`, those in If/Loop/Scan bodies included (each node
+    before the nodes of its subgraphs)."""
     for node in graph.node:
         yield node
         for a in node.attribute:
             if a.type == onnx.AttributeProto.GRAPH:
-                yield from _all_nodes(a.g)
+                yield from all_nodes(a.g)
             elif a.type == onnx.AttributeProto.GRAPHS:
                 for g in a.graphs:
-                    yield from _all_nodes(g)
+                    yield from all_nodes(g)
 
 
 def _custom_nodes(model):
     domain = specs.DOMAIN
-    for node in _all_nodes(model.graph):
+    for node in all_nodes(model.graph):
         if node.domain == domain and node.op_type in specs.SPECS:
             yield node
 
@@ -307,7 +309,7 @@ def inline_custom_ops(model: onnx.ModelProto, opset: Optional[int] = None) -> on
     keep = [f for f in out.functions if not (f.domain == specs.DOMAIN and f.name in specs.SPECS)]
     del out.functions[:]
     out.functions.extend(keep)
-    if not any(n.domain == specs.DOMAIN for n in _all_nodes(out.graph)) and \
+    if not any(n.domain == specs.DOMAIN for n in all_nodes(out.graph)) and \
             not any(n.domain == specs.DOMAIN for f in out.functions for n in f.node):
         keep_ops = [o for o in out.opset_import if o.domain != specs.DOMAIN]
         del out.opset_import[:]

@@ -234,6 +234,7 @@ def test_unsupported_op_writes_nothing(tmp_path, capsys):
     (["{saved}", "--to", "onnx", "--mode", "fast"], "--mode fast: --to onnx has modes custom, lowered"),
     (["{saved}", "--to", "onnx", "--batch", "0"], "--batch 0: must be >= 1"),
     (["{saved}", "--to", "onnx", "--config", "width=2"], "--config applies to built-in models only"),
+    (["yolov3-tiny", "--to", "onnx", "--config", "width"], "--config 'width': expected KEY=VALUE"),
     (["{onnx}", "--to", "onnx"], "already an ONNX model"),
 ])
 def test_usage_errors(tmp_path, capsys, saved_model, argv, message):

@@ -80,6 +80,33 @@ def test_registered_kernels_run_and_the_others_fall_back_to_functions(library, r
     assert ran == native
 
 
+@pytest.mark.parametrize("kernels,native", [("all", {"FusedLayerNorm", "YoloDecode"}), ("none", set()),
+                                            (["YoloDecode"], {"YoloDecode"})])
+def test_session_from_a_path_with_external_data(library, rng, tmp_path, monkeypatch, kernels, native):
+    """A file with external data (what an export over 2 GB writes) and no
+    functions: with every op native the path goes to onnxruntime untouched (the
+    file is never parsed here); otherwise the missing functions are added in
+    memory and the tensor data still comes from the file's folder, whatever the
+    working directory. The file and its folder are left as they were."""
+    model, x, ref = _two_op_model(rng)
+    path = tmp_path / "model" / "m.onnx"
+    path.parent.mkdir()
+    onnx.save(model, str(path), save_as_external_data=True, location="m.onnx.data", size_threshold=0)
+    stored = onnx.load(str(path), load_external_data=False)
+    assert all(t.data_location == onnx.TensorProto.EXTERNAL for t in stored.graph.initializer)
+    assert not stored.functions
+    files = {p.name: p.read_bytes() for p in path.parent.iterdir()}
+    monkeypatch.chdir(tmp_path)  # the data file is not next to the working directory
+    if kernels == "all":
+        monkeypatch.setattr(onnx, "load", lambda *a, **k: pytest.fail("the model was re-read in Python"))
+    before = {op: onnx_plugins.kernel_calls(op) for op in ("FusedLayerNorm", "YoloDecode")}
+    outs = onnx_plugins.session(path, kernels=kernels).run(None, {"x": x})
+    for got, r in zip(outs, ref):
+        assert_close("YoloDecode", got, r, "float32", scale=10, what=f"kernels={kernels}")
+    assert {op for op in before if onnx_plugins.kernel_calls(op) > before[op]} == native
+    assert {p.name: p.read_bytes() for p in path.parent.iterdir()} == files
+
+
 def test_profiling_names_the_custom_kernel(library, rng, tmp_path):
     """An independent witness to the kernel counter: onnxruntime's own profile
     shows one FusedLayerNorm node with the library, only standard ops without."""

@@ -230,6 +230,24 @@ def test_fused_op_in_savedmodel_cannot_lower_but_stays_custom(tmp_path):
     assert set(result.details["custom_ops"]) == {"FusedLayerNorm"}
 
 
+def test_custom_mode_says_why_it_is_not_verified(tmp_path, capsys):
+    """Verification on: the reason is that no kernels exist here, not --no-verify;
+    with --no-verify it says so; --json carries the same reason."""
+    g, b = np.linspace(0.5, 1.5, 4, dtype=np.float32), np.linspace(-1, 1, 4, dtype=np.float32)
+    path = _saved_model(tmp_path / "sm", lambda x: tf_ops.fused_layer_norm(x, g, b))
+    argv = ["export", path, "--to", "tflite", "--mode", "custom", "-o", str(tmp_path / "x.tflite")]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "not verified (custom ops: no TFLite kernels here" in out and "--no-verify" not in out, out
+    assert main(argv + ["--no-verify"]) == 0
+    out = capsys.readouterr().out
+    assert "not verified (--no-verify)" in out and "no TFLite kernels" not in out, out
+    assert main(argv + ["--json"]) == 0
+    import json
+    result = json.loads(capsys.readouterr().out)
+    assert result["checks"] == [] and result["not_verified"] == ex.NO_CUSTOM_KERNELS
+
+
 def test_parity_reports_unsupported_op_as_unavailable(igamma_model):
     from bridge.parity.runner import run_parity
     report = run_parity(igamma_model, runtimes=["tflite"])

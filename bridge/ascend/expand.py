@@ -80,12 +80,13 @@ def expand_builtin(model: ModelProto, opset: Optional[int] = None) -> ModelProto
         graph.initializer.extend(inits)
     del graph.node[:]
     graph.node.extend(new_nodes)
-    _drop_custom_functions(out)
-    _set_opsets(out, opset, keep_custom=False)
+    drop_custom_functions(out)
+    set_opsets(out, opset, keep_custom=False)
     return out
 
 
-def _drop_custom_functions(model: ModelProto) -> None:
+def drop_custom_functions(model: ModelProto) -> None:
+    """Removes the model-local functions of our ops, in place (ATC takes none)."""
     keep = [f for f in model.functions if not (f.name in ops.SPECS and f.domain == ops.SPECS[f.name].domain)]
     del model.functions[:]
     model.functions.extend(keep)
@@ -95,7 +96,10 @@ def _custom_domains_in_use(model: ModelProto) -> set:
     return {n.domain for n in model.graph.node if n.domain not in DEFAULT_DOMAINS}
 
 
-def _set_opsets(model: ModelProto, opset: int, keep_custom: bool) -> None:
+def set_opsets(model: ModelProto, opset: int, keep_custom: bool) -> None:
+    """Rewrites opset_import in place: the default domain at `opset` first, then
+    every other domain a node or function uses (com.bridge at its version);
+    imports nothing uses are dropped unless `keep_custom`."""
     in_use = _custom_domains_in_use(model) | {f.domain for f in model.functions}
     imports = [(imp.domain, imp.version) for imp in model.opset_import
                if imp.domain not in DEFAULT_DOMAINS and (keep_custom or imp.domain in in_use)]
@@ -114,8 +118,8 @@ def to_legacy(model: ModelProto) -> ModelProto:
     for n in out.graph.node:
         if is_custom(n):
             n.domain = ""
-    _drop_custom_functions(out)
-    _set_opsets(out, opset_of(out) or 11, keep_custom=False)
+    drop_custom_functions(out)
+    set_opsets(out, opset_of(out) or 11, keep_custom=False)
     return out
 
 
@@ -127,7 +131,7 @@ def legacy_to_runnable(model: ModelProto) -> ModelProto:
     for n in out.graph.node:
         if is_custom(n):
             n.domain = ops.SPECS[n.op_type].domain
-    _set_opsets(out, opset_of(out) or 11, keep_custom=True)
+    set_opsets(out, opset_of(out) or 11, keep_custom=True)
     return out
 
 

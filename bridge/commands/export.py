@@ -22,7 +22,8 @@ The exporter interface. `--to X` runs the module `bridge.converters.export_X`
   `with progress.stage("converting"):` (lines with elapsed seconds on stderr).
 - Return a `bridge.exporting.ExportResult`: files written (atomically: temp file +
   os.replace), summary lines, and `checks` (per output: max error vs TensorFlow;
-  any failed check makes the command exit 1).
+  any failed check makes the command exit 1). With verification on but nothing
+  run (no runtime here can run the file), `not_verified` says why.
 - Raise `bridge.exporting.OptionError` for a bad option (exit 2) and
   `bridge.exporting.ExportError` for a failed export (exit 1).
 - Import must be cheap: no TensorFlow at module import (this command imports
@@ -41,6 +42,8 @@ import logging
 import os
 import pkgutil
 import sys
+
+from bridge.commands._options import parse_config
 
 NAME = "export"
 HELP = "export a model (fused onto the custom ops) to ONNX, TFLite or Ascend, verified against TensorFlow"
@@ -105,20 +108,6 @@ def _loaded_exporters():
     return mods
 
 
-def _config(items):
-    from bridge.cli import UsageError
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise UsageError(f"--config {item!r}: expected KEY=VALUE")
-        try:
-            out[key] = json.loads(value)
-        except ValueError:
-            out[key] = value
-    return out
-
-
 def run(args) -> int:
     from bridge.cli import UsageError
     from bridge import modelsource
@@ -139,7 +128,7 @@ def run(args) -> int:
     try:
         with progress.stage(f"loading {args.model}"):
             source = modelsource.resolve(args.model, input_shapes=args.input_shape, batch=args.batch,
-                                         seed=args.seed, config=_config(args.config))
+                                         seed=args.seed, config=parse_config(args.config))
     except modelsource.ModelSourceError as e:
         raise UsageError(str(e)) from None
     output = args.output or (source.name + getattr(mod, "SUFFIX", ""))
@@ -153,16 +142,16 @@ def run(args) -> int:
     except ExportError as e:
         print(f"bridge export: {e}", file=sys.stderr)
         return 1
-    _print(result, args.json)
+    _print(result, args.json, args.verify)
     return 0 if result.ok else 1
 
 
-def _print(result, as_json: bool) -> None:
+def _print(result, as_json: bool, verify: bool) -> None:
     from bridge.table import render
     if as_json:
         out = {"output": result.output, "format": result.format, "files": result.files, "ok": result.ok,
-               "checks": [dict(vars(c)) for c in result.checks], "seconds": result.seconds,
-               "details": result.details}
+               "checks": [dict(vars(c)) for c in result.checks], "not_verified": _unverified(result, verify),
+               "seconds": result.seconds, "details": result.details}
         print(json.dumps(out, indent=1, default=str))
         return
     for line in result.summary:
@@ -172,4 +161,14 @@ def _print(result, as_json: bool) -> None:
         colours = [[None, None, None, "green" if c.passed else "red"] for c in result.checks]
         print(render(["output", "max abs error vs TF", "allowed", "verdict"], rows, colours))
     else:
-        print("not verified (--no-verify)")
+        print(f"not verified ({_unverified(result, verify)})")
+
+
+def _unverified(result, verify: bool):
+    """Why the result has no checks (None when it has some)."""
+    if result.checks:
+        return None
+    if not verify:
+        return "--no-verify"
+    return result.not_verified or "the exporter ran no checks"
+

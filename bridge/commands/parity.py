@@ -8,6 +8,8 @@ import sys
 import tempfile
 import time
 
+from bridge.commands._options import parse_config
+
 NAME = "parity"
 HELP = "run a model through every runtime and prove they agree (down to the first diverging layer)"
 DESCRIPTION = """\
@@ -77,20 +79,6 @@ def _tolerances(items, flag):
     return out
 
 
-def _config(items):
-    from bridge.cli import UsageError
-    out = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise UsageError(f"--config {item!r}: expected KEY=VALUE")
-        try:
-            out[key] = json.loads(value)
-        except ValueError:
-            out[key] = value
-    return out
-
-
 def _write_json(path, data):
     text = json.dumps(data, indent=1, allow_nan=False)
     if path == "-":
@@ -134,7 +122,7 @@ def run(args) -> int:
         report = run_parity(args.model, runtimes=runtimes, batch=args.batch, input_shapes=shapes, seed=args.seed,
                             atol=_tolerances(args.atol, "--atol"), rtol=_tolerances(args.rtol, "--rtol"),
                             per_layer=args.per_layer, inputs=given, save_inputs=args.save_inputs,
-                            load_outputs=loaded, config=_config(args.config), onnx_file=args.onnx, log=log)
+                            load_outputs=loaded, config=parse_config(args.config), onnx_file=args.onnx, log=log)
     except InputError as e:
         raise UsageError(str(e)) from None
     if args.json:

@@ -49,6 +49,12 @@ class Attrs {
 
  private:
   const AttrDef& def(const char* name) const;
+  // The table's default for an attribute the node lacks (`absent`: the status
+  // of the failed lookup, released here); OpFailure when it has none.
+  const char* default_text(OrtStatus* absent, const char* name) const;
+  // An array attribute through the C API's getter for T, else the table's default.
+  template <typename T, typename Get>
+  std::vector<T> array(Get get, const char* name) const;
   const OrtKernelInfo* info_;
   const char* op_;
   const std::vector<AttrDef>& defs_;

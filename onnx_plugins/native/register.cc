@@ -63,60 +63,45 @@ static std::vector<double> parse_list(const char* text) {
   return out;
 }
 
-static OpFailure missing(const char* op, const char* name) {
-  return OpFailure(op, name, "required attribute is missing");
+const char* Attrs::default_text(OrtStatus* absent, const char* name) const {
+  g_api->ReleaseStatus(absent);
+  const AttrDef& d = def(name);
+  if (!d.def) throw OpFailure(op_, name, "required attribute is missing");
+  return d.def;
 }
 
 float Attrs::f(const char* name) const {
   float v;
   OrtStatus* st = g_api->KernelInfoGetAttribute_float(info_, name, &v);
-  if (!st) return v;
-  g_api->ReleaseStatus(st);
-  const AttrDef& d = def(name);
-  if (!d.def) throw missing(op_, name);
-  return std::stof(d.def);
+  return st ? std::stof(default_text(st, name)) : v;
 }
 
 int64_t Attrs::i(const char* name) const {
   int64_t v;
   OrtStatus* st = g_api->KernelInfoGetAttribute_int64(info_, name, &v);
-  if (!st) return v;
-  g_api->ReleaseStatus(st);
-  const AttrDef& d = def(name);
-  if (!d.def) throw missing(op_, name);
-  return std::stoll(d.def);
+  return st ? std::stoll(default_text(st, name)) : v;
+}
+
+template <typename T, typename Get>
+std::vector<T> Attrs::array(Get get, const char* name) const {
+  size_t n = 0;
+  OrtStatus* st = get(info_, name, nullptr, &n);
+  if (!st) {
+    std::vector<T> v(n);
+    if (n) throw_on(get(info_, name, v.data(), &n));
+    return v;
+  }
+  std::vector<T> v;
+  for (double x : parse_list(default_text(st, name))) v.push_back(static_cast<T>(x));
+  return v;
 }
 
 std::vector<float> Attrs::floats(const char* name) const {
-  size_t n = 0;
-  OrtStatus* st = g_api->KernelInfoGetAttributeArray_float(info_, name, nullptr, &n);
-  if (!st) {
-    std::vector<float> v(n);
-    if (n) throw_on(g_api->KernelInfoGetAttributeArray_float(info_, name, v.data(), &n));
-    return v;
-  }
-  g_api->ReleaseStatus(st);
-  const AttrDef& d = def(name);
-  if (!d.def) throw missing(op_, name);
-  std::vector<float> v;
-  for (double x : parse_list(d.def)) v.push_back(static_cast<float>(x));
-  return v;
+  return array<float>(g_api->KernelInfoGetAttributeArray_float, name);
 }
 
 std::vector<int64_t> Attrs::ints(const char* name) const {
-  size_t n = 0;
-  OrtStatus* st = g_api->KernelInfoGetAttributeArray_int64(info_, name, nullptr, &n);
-  if (!st) {
-    std::vector<int64_t> v(n);
-    if (n) throw_on(g_api->KernelInfoGetAttributeArray_int64(info_, name, v.data(), &n));
-    return v;
-  }
-  g_api->ReleaseStatus(st);
-  const AttrDef& d = def(name);
-  if (!d.def) throw missing(op_, name);
-  std::vector<int64_t> v;
-  for (double x : parse_list(d.def)) v.push_back(static_cast<int64_t>(x));
-  return v;
+  return array<int64_t>(g_api->KernelInfoGetAttributeArray_int64, name);
 }
 
 // -- tensors ------------------------------------------------------------------

@@ -1,0 +1,23 @@
+"""Option parsing that several subcommands share (modules starting with `_` are
+not subcommands: bridge.cli skips them)."""
+from __future__ import annotations
+
+import json
+from typing import Dict, Optional, Sequence
+
+
+def parse_config(items: Optional[Sequence[str]]) -> Dict[str, object]:
+    """`--config KEY=VALUE` items (built-in model options) as a dict; each value
+    is read as JSON (numbers, booleans, lists) and kept as a string otherwise.
+    UsageError for an item without `=` or without a key."""
+    from bridge.cli import UsageError
+    out: Dict[str, object] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--config {item!r}: expected KEY=VALUE")
+        try:
+            out[key] = json.loads(value)
+        except ValueError:
+            out[key] = value
+    return out
