@@ -29,6 +29,11 @@ Shape = Optional[Tuple[Optional[int], ...]]  # None: unknown rank; a None dim: u
 class OpError(ValueError):
     """Bad input to an op: the message names the op, the argument and the shapes."""
 
+    # Inside tf.function, AutoGraph re-raises exceptions whose constructor is not
+    # (message) as a StagingError, which is no ValueError; this flag lets OpError
+    # through unchanged (read by tensorflow/python/autograph/impl/api.py).
+    ag_pass_through = True
+
     def __init__(self, op: str, arg: str, message: str):
         self.op, self.arg = op, arg
         super().__init__(f"{op}: argument '{arg}': {message}")

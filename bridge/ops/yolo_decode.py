@@ -25,7 +25,7 @@ def _infer(raw, *, anchors, num_classes, stride, scale_x_y):
     a = len(anchors) // 2
     c = a * (5 + num_classes)
     if raw is None:
-        return (None, 3), (None, 2), (None, None, num_classes)  # rank known from the attrs
+        return (None, None, 4), (None, None), (None, None, num_classes)  # ranks known from the attrs
     if len(raw) != 4:
         raise OpError(NAME, "raw", f"must have rank 4 [N,H,W,A*(5+C)], got {dims(raw)}")
     n, h, w, ch = raw

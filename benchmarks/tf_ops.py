@@ -1,0 +1,268 @@
+"""TensorFlow op speeds: each fused op against what TensorFlow runs without it,
+side by side in one run.
+
+    python benchmarks/tf_ops.py [--repeat 20] [--json] [--quick] [--only fln,conv,decode]
+
+Rows (ratio = baseline time / fused time: > 1 means the fused op is faster):
+  FusedLayerNorm   vs the native composition (moments + rsqrt) and vs Keras
+                   LayerNormalization, eager and tf.function, at [4,128,768] and
+                   [32,512,1024]; and its bytes/s against a memory copy of the same
+                   bytes (numpy into a ready buffer, the better of one and two
+                   threads; and TF's DeepCopy, which allocates its output as the op
+                   does); ratio = the fraction of copy bandwidth reached.
+  YoloConvBnLeaky  vs Keras Conv2D + BatchNormalization + LeakyReLU: eager,
+                   tf.function, and frozen (weights as constants, which lets
+                   grappler/oneDNN fuse Conv+BiasAdd+LeakyRelu) at YOLOv3 shapes.
+  YoloDecode       vs its composite (standard TF ops), eager and tf.function.
+Rounds alternate between the contenders so drift on a shared machine hits both
+alike; times are medians.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from tensorflow.python.framework import op_def_registry  # noqa: E402
+from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2  # noqa: E402
+
+from bridge import ops as specs  # noqa: E402
+from bridge import tf_ops  # noqa: E402
+from bridge.table import render  # noqa: E402
+
+# (what, target ratio) for the rows the issue sets a target on.
+TARGETS = {
+    ("FusedLayerNorm", "32x512x1024", "function", "native composition"): 3.0,
+    ("FusedLayerNorm", "32x512x1024", "function", "memory copy"): 0.7,
+    ("YoloDecode", "1x13x13x255", "function", "composite"): 3.0,
+    ("YoloDecode", "1x52x52x255", "function", "composite"): 3.0,
+}
+
+
+def _median_pair(ours, base, repeat):
+    """Median seconds of two callables, timed in alternating rounds after a warm-up."""
+    ours(), base()
+    t_ours, t_base = [], []
+    for _ in range(repeat):
+        for fn, out in ((ours, t_ours), (base, t_base)):
+            t0 = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - t0)
+    return float(np.median(t_ours)), float(np.median(t_base))
+
+
+def _row(op, shape, mode, versus, t_ours, t_base, note=""):
+    ratio = t_base / t_ours
+    target = TARGETS.get((op, shape, mode, versus))
+    met = "" if target is None else (f">= {target:g}: " + ("met" if ratio >= target else "NOT met"))
+    return {"op": op, "shape": shape, "mode": mode, "versus": versus, "ours_ms": t_ours * 1e3,
+            "baseline_ms": t_base * 1e3, "ratio": ratio, "target": met, "note": note}
+
+
+def _label(shape):
+    return "x".join(map(str, shape))
+
+
+# -- FusedLayerNorm -----------------------------------------------------------------
+
+def _moments_layer_norm(x, gamma, beta, epsilon):
+    mean, var = tf.nn.moments(x, axes=[-1], keepdims=True)
+    return (x - mean) * tf.math.rsqrt(var + epsilon) * gamma + beta
+
+
+def _copy_rows(label, ours, x, repeat):
+    """The fused op's bytes/s against copies of the same bytes, timed alternately
+    with it: numpy into a ready buffer (the better of one and two threads; numpy
+    lets go of the GIL while copying), and TensorFlow's DeepCopy, which like the
+    op allocates its output on every call."""
+    src = x.numpy()
+    dst = np.empty_like(src)
+    flat_s, flat_d = src.reshape(-1), dst.reshape(-1)
+    half = flat_s.size // 2
+
+    def numpy_one():
+        np.copyto(dst, src)
+
+    def numpy_two():
+        t = threading.Thread(target=np.copyto, args=(flat_d[:half], flat_s[:half]))
+        t.start()
+        np.copyto(flat_d[half:], flat_s[half:])
+        t.join()
+
+    deep_copy = tf.function(lambda t: tf.raw_ops.DeepCopy(x=t))
+    moved = 2 * src.nbytes  # x read once, y written once
+    rows = []
+    t1 = _median_pair(lambda: ours(x), numpy_one, repeat)
+    t2 = _median_pair(lambda: ours(x), numpy_two, repeat)
+    t_ours, t_copy = min(t1[0], t2[0]), min(t1[1], t2[1])
+    for versus, (t_ours, t_copy) in (("memory copy", (t_ours, t_copy)),
+                                     ("tf DeepCopy", _median_pair(lambda: ours(x), lambda: deep_copy(x), repeat))):
+        rows.append(_row("FusedLayerNorm", label, "function", versus, t_ours, t_copy,
+                         f"{moved / t_ours / 1e9:.1f} GB/s vs {moved / t_copy / 1e9:.1f} GB/s"))
+    return rows
+
+
+def bench_layer_norm(rng, repeat, quick):
+    spec = specs.get("FusedLayerNorm")
+    eps = spec.attr("epsilon").default
+    rows = []
+    for shape in [(4, 128, 768)] + ([] if quick else [(32, 512, 1024)]):
+        h = shape[-1]
+        x = tf.constant(rng.standard_normal(shape).astype(np.float32))
+        gamma = tf.Variable(rng.uniform(0.5, 1.5, h).astype(np.float32))
+        beta = tf.Variable(rng.uniform(-0.5, 0.5, h).astype(np.float32))
+        keras_ln = tf.keras.layers.LayerNormalization(epsilon=eps)
+        keras_ln.build(shape)
+        keras_ln.set_weights([gamma.numpy(), beta.numpy()])
+        fused = lambda x: tf_ops.fused_layer_norm(x, gamma, beta, epsilon=eps)
+        native = lambda x: _moments_layer_norm(x, gamma, beta, eps)
+        keras = lambda x: keras_ln(x)
+        # The three must agree before their speeds mean anything.
+        ref = spec.reference(x.numpy(), gamma.numpy(), beta.numpy(), epsilon=eps)
+        for fn in (fused, native, keras):
+            assert spec.tolerance["float32"].excess(fn(x).numpy(), ref) <= 10, "layer norms disagree"
+        label = _label(shape)
+        for mode in ("eager", "function"):
+            wrap = (lambda f: f) if mode == "eager" else tf.function
+            ours = wrap(fused)
+            for versus, base in (("native composition", wrap(native)), ("Keras LayerNormalization", wrap(keras))):
+                rows.append(_row("FusedLayerNorm", label, mode, versus, *_median_pair(lambda: ours(x), lambda: base(x),
+                                                                                      repeat)))
+            if mode == "function":
+                rows.extend(_copy_rows(label, ours, x, repeat))
+    return rows
+
+
+# -- YoloConvBnLeaky ----------------------------------------------------------------
+
+CONV_CASES = [  # input, Cout, kernel, stride; stride 2 written as Keras YOLO ports do
+    ((1, 416, 416, 32), 64, 3, 2),
+    ((1, 104, 104, 128), 128, 3, 1),
+    ((1, 13, 13, 512), 1024, 3, 1),
+    ((1, 52, 52, 256), 128, 1, 1),
+]
+
+
+def _conv_missing():
+    if op_def_registry.get("YoloConvBnLeaky") is None:
+        return "YoloConvBnLeaky is not registered by the op library"
+    try:
+        tf_ops.yolo_conv_bn_leaky(np.ones((1, 3, 3, 1), np.float32), np.ones((1, 1, 1, 1), np.float32),
+                                  *[np.ones(1, np.float32)] * 5)
+    except Exception as e:  # e.g. a placeholder wrapper
+        return f"YoloConvBnLeaky does not run: {type(e).__name__}: {e}"[:120]
+    return None
+
+
+def _keras_block(shape, cout, k, stride, weights):
+    filt, bias, bn = weights
+    inp = tf.keras.Input(shape[1:], batch_size=shape[0])
+    y = inp
+    if stride == 2:
+        y = tf.keras.layers.ZeroPadding2D(((1, 0), (1, 0)))(y)
+    conv = tf.keras.layers.Conv2D(cout, k, strides=stride, padding="valid" if stride == 2 else "same")
+    norm = tf.keras.layers.BatchNormalization(epsilon=specs.get("YoloConvBnLeaky").attr("epsilon").default)
+    y = tf.keras.layers.LeakyReLU(negative_slope=specs.get("YoloConvBnLeaky").attr("alpha").default)(norm(conv(y)))
+    model = tf.keras.Model(inp, y)
+    conv.set_weights([filt, bias])
+    norm.set_weights(bn)
+    return model
+
+
+def bench_conv(rng, repeat, quick):
+    missing = _conv_missing()
+    rows = []
+    for shape, cout, k, stride in CONV_CASES[:2] if quick else CONV_CASES:
+        label = f"{_label(shape)}->{cout} {k}x{k}" + (f" s{stride}" if stride > 1 else "")
+        if missing:
+            rows.append({"op": "YoloConvBnLeaky", "shape": label, "mode": "-", "versus": "-", "ours_ms": None,
+                         "baseline_ms": None, "ratio": None, "target": "", "note": f"skipped: {missing}"})
+            continue
+        cin = shape[-1]
+        x = tf.constant(rng.standard_normal(shape).astype(np.float32))
+        filt = (rng.standard_normal((k, k, cin, cout)) / np.sqrt(k * k * cin)).astype(np.float32)
+        bias = rng.normal(0, 0.1, cout).astype(np.float32)
+        bn = [rng.uniform(0.5, 1.5, cout).astype(np.float32), rng.normal(0, 0.1, cout).astype(np.float32),
+              rng.normal(0, 0.1, cout).astype(np.float32), rng.uniform(0.5, 2.0, cout).astype(np.float32)]
+        keras = _keras_block(shape, cout, k, stride, (filt, bias, bn))
+        params = [tf.Variable(v) for v in (filt, bias, *bn)]
+        pad = dict(padding="EXPLICIT", explicit_paddings=[0, 0, 1, 0, 1, 0, 0, 0]) if stride == 2 else \
+            dict(padding="SAME")
+        fused = lambda x: tf_ops.yolo_conv_bn_leaky(x, *params, strides=[1, stride, stride, 1], **pad)
+        base = lambda x: keras(x, training=False)
+        got, want = fused(x).numpy(), base(x).numpy()
+        assert np.max(np.abs(got - want) / np.maximum(1, np.abs(want))) < 1e-3, "conv blocks disagree"
+        spec_in = tf.TensorSpec(shape, tf.float32)
+        frozen = lambda f: convert_variables_to_constants_v2(tf.function(f).get_concrete_function(spec_in))
+        for mode, ours, theirs in (("eager", fused, base),
+                                   ("function", tf.function(fused), tf.function(base)),
+                                   ("frozen", frozen(fused), frozen(base))):
+            rows.append(_row("YoloConvBnLeaky", label, mode, "Conv2D+BatchNorm+LeakyReLU",
+                             *_median_pair(lambda: ours(x), lambda: theirs(x), repeat)))
+    return rows
+
+
+# -- YoloDecode -------------------------------------------------------------------
+
+def bench_decode(rng, repeat, quick):
+    anchors = (116.0, 90.0, 156.0, 198.0, 373.0, 326.0)
+    rows = []
+    for hw in [13] + ([] if quick else [52]):
+        raw = tf.constant(rng.standard_normal((1, hw, hw, 255)).astype(np.float32))
+        attrs = dict(anchors=anchors, num_classes=80, stride=416 // hw)
+        fused = lambda r: tf_ops.yolo_decode(r, **attrs)
+        comp = lambda r: tf_ops.composite.yolo_decode(r, **attrs)
+        # What any tf.function with this signature costs per call, doing nothing.
+        empty = tf.function(lambda r: (r, r, r))
+        t_call, _ = _median_pair(lambda: empty(raw), lambda: None, repeat)
+        for mode in ("eager", "function"):
+            wrap = (lambda f: f) if mode == "eager" else tf.function
+            ours, base = wrap(fused), wrap(comp)
+            rows.append(_row("YoloDecode", f"1x{hw}x{hw}x255", mode, "composite",
+                             *_median_pair(lambda: ours(raw), lambda: base(raw), repeat),
+                             note="" if mode == "eager" else f"an empty tf.function call: {t_call * 1e3:.3f} ms"))
+    return rows
+
+
+BENCHES = {"fln": bench_layer_norm, "conv": bench_conv, "decode": bench_decode}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--repeat", type=int, default=20, help="timed rounds per pair (median reported)")
+    p.add_argument("--quick", action="store_true", help="the smaller shapes only")
+    p.add_argument("--only", default=",".join(BENCHES), help=f"comma-separated subset of {','.join(BENCHES)}")
+    p.add_argument("--json", action="store_true", help="print the rows as JSON")
+    args = p.parse_args(argv)
+    chosen = [b.strip() for b in args.only.split(",") if b.strip()]
+    unknown = [b for b in chosen if b not in BENCHES]
+    if unknown:
+        p.error(f"unknown benchmark {unknown[0]!r}; choose from {', '.join(BENCHES)}")
+    rng = np.random.default_rng(0)
+    rows = [r for name in chosen for r in BENCHES[name](rng, args.repeat, args.quick)]
+    if args.json:
+        json.dump({"tensorflow": tf.__version__, "cpus": os.cpu_count(), "repeat": args.repeat,
+                   "load_average": os.getloadavg(), "rows": rows},
+                  sys.stdout, indent=1)
+        print()
+        return 0
+    fmt = lambda v, spec: "-" if v is None else format(v, spec)
+    print(render(["op", "shape", "mode", "versus", "ours ms", "baseline ms", "ratio", "target", "note"],
+                 [[r["op"], r["shape"], r["mode"], r["versus"], fmt(r["ours_ms"], ".3f"), fmt(r["baseline_ms"], ".3f"),
+                   "-" if r["ratio"] is None else f"{r['ratio']:.2f}x", r["target"], r["note"]] for r in rows]))
+    print(f"\nratio = baseline time / fused time (> 1: fused is faster); for 'memory copy' it is the fraction of "
+          f"copy bandwidth reached. Medians of {args.repeat} alternating rounds; TensorFlow {tf.__version__}, "
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end (other processes skew the "
+          f"ratios: one busy core halves a two-thread kernel but not a one-thread copy).")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,202 @@
+// FusedLayerNorm: layer normalization over the last axis in one pass over memory
+// (contract: shared/ops.md; Python spec: bridge/ops/fused_layer_norm.py).
+//
+// Each row is read from memory once and then worked on in cache: a first sweep
+// gives an approximate mean m0, a second the sums of (x - m0) and (x - m0)^2 (the
+// shift keeps a large mean from cancelling the variance away; the first sum
+// corrects m0), a third writes y. float16 rows are widened to a float buffer and
+// everything accumulates in float32.
+#include <algorithm>
+#include <cmath>
+#include <type_traits>
+#include <vector>
+
+#include "common.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/shape_inference.h"
+
+namespace bridge {
+namespace {
+
+using tensorflow::OpKernel;
+using tensorflow::OpKernelConstruction;
+using tensorflow::OpKernelContext;
+using tensorflow::Tensor;
+using tensorflow::shape_inference::InferenceContext;
+using tensorflow::shape_inference::ShapeHandle;
+
+constexpr char kOp[] = "FusedLayerNorm";
+// Independent partial sums per sweep: enough vector accumulators that the adds
+// are not waiting on each other (one chain is latency-bound at ~1/4 the peak).
+constexpr int kLanes = 32;
+constexpr int64_t kStreamBytes = int64_t{16} << 20;
+constexpr int64_t kAhead = 2;  // rows prefetched ahead
+
+absl::Status ShapeFn(InferenceContext* c) {
+  ShapeHandle x = c->input(0);
+  if (c->RankKnown(x) && c->Rank(x) == 0) {
+    return ArgError(kOp, "x", "must have rank >= 1, got a scalar (shape [])");
+  }
+  auto h = c->RankKnown(x) ? c->Dim(x, -1) : c->UnknownDim();
+  std::string h_str = c->ValueKnown(h) ? absl::StrCat(c->Value(h)) : "?";
+  const char* names[] = {"gamma", "beta"};
+  for (int i = 1; i <= 2; ++i) {
+    ShapeHandle p = c->input(i);
+    if (!c->RankKnown(p)) continue;
+    if (c->Rank(p) != 1 ||
+        (c->ValueKnown(h) && c->ValueKnown(c->Dim(p, 0)) && c->Value(c->Dim(p, 0)) != c->Value(h))) {
+      return ArgError(kOp, names[i - 1],
+                      absl::StrCat("must have shape [H]=[", h_str, "] (the last dim of x ", Dims(c, x),
+                                   "), got ", Dims(c, p)));
+    }
+  }
+  c->set_output(0, x);
+  return absl::OkStatus();
+}
+
+// The three sweeps over one cached row of float. `y` may be `x` (the widened
+// buffer of a half row): each element is read before it is overwritten.
+inline void NormalizeRow(const float* x, int64_t n, const float* gamma, const float* beta, float epsilon,
+                         float* y) {
+  float acc[kLanes] = {0};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+#pragma omp simd
+    for (int k = 0; k < kLanes; ++k) acc[k] += x[i + k];
+  }
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t j = i; j < n; ++j) sum += x[j];
+#pragma omp simd reduction(+ : sum)
+  for (int k = 0; k < kLanes; ++k) sum += acc[k];
+  const float m0 = sum / static_cast<float>(n);
+
+  float s1[kLanes] = {0}, s2[kLanes] = {0};
+  for (i = 0; i + kLanes <= n; i += kLanes) {
+#pragma omp simd
+    for (int k = 0; k < kLanes; ++k) {
+      float d = x[i + k] - m0;
+      s1[k] += d;
+      s2[k] += d * d;
+    }
+  }
+  float t1 = 0.0f, t2 = 0.0f;
+#pragma omp simd reduction(+ : t1, t2)
+  for (int64_t j = i; j < n; ++j) {
+    float d = x[j] - m0;
+    t1 += d;
+    t2 += d * d;
+  }
+#pragma omp simd reduction(+ : t1, t2)
+  for (int k = 0; k < kLanes; ++k) {
+    t1 += s1[k];
+    t2 += s2[k];
+  }
+  const float inv_n = 1.0f / static_cast<float>(n);
+  const float delta = t1 * inv_n;  // mean - m0
+  const float var = std::max(t2 * inv_n - delta * delta, 0.0f);
+  const float rstd = 1.0f / std::sqrt(var + epsilon);
+
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j) {
+    y[j] = ((x[j] - m0) - delta) * rstd * gamma[j] + beta[j];
+  }
+}
+
+template <typename T>
+class FusedLayerNormOp : public OpKernel {
+ public:
+  explicit FusedLayerNormOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("epsilon", &epsilon_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& x = ctx->input(0);
+    const Tensor& gamma = ctx->input(1);
+    const Tensor& beta = ctx->input(2);
+    OP_REQUIRES(ctx, x.dims() >= 1, ArgError(kOp, "x", "must have rank >= 1, got a scalar (shape [])"));
+    const int64_t h = x.dim_size(x.dims() - 1);
+    const Tensor* params[] = {&gamma, &beta};
+    const char* names[] = {"gamma", "beta"};
+    for (int i = 0; i < 2; ++i) {
+      OP_REQUIRES(ctx, params[i]->dims() == 1 && params[i]->dim_size(0) == h,
+                  ArgError(kOp, names[i],
+                           absl::StrCat("must have shape [H]=[", h, "] (the last dim of x ", Dims(x.shape()),
+                                        "), got ", Dims(params[i]->shape()))));
+    }
+    Tensor* y = nullptr;
+    // x's buffer becomes y's when nothing else holds x (each row is read before
+    // it is written).
+    OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output({0}, 0, x.shape(), &y));
+    if (x.NumElements() == 0) return;
+
+    const int64_t rows = x.NumElements() / h;
+    const T* xp = x.flat<T>().data();
+    T* yp = y->flat<T>().data();
+    // gamma and beta as float, once per call (they are read by every row).
+    std::vector<float> gb;
+    const float* g;
+    const float* b;
+    if constexpr (std::is_same<T, float>::value) {
+      g = reinterpret_cast<const float*>(gamma.flat<T>().data());
+      b = reinterpret_cast<const float*>(beta.flat<T>().data());
+    } else {
+      gb.resize(2 * h);
+      ToFloats(gamma.flat<T>().data(), gb.data(), h);
+      ToFloats(beta.flat<T>().data(), gb.data() + h, h);
+      g = gb.data();
+      b = gb.data() + h;
+    }
+    const float eps = epsilon_;
+    // Above this size y will not stay in cache for the next op anyway.
+    const bool stream = x.TotalBytes() >= kStreamBytes;
+    ParallelRows(ctx, rows, 6 * h, [=](int64_t begin, int64_t end) {
+      std::vector<float> buf;
+      if constexpr (std::is_same<T, float>::value) {
+        const float* xf = reinterpret_cast<const float*>(xp);
+        float* yf = reinterpret_cast<float*>(yp);
+        if (stream) buf.resize(h);
+        for (int64_t r = begin; r < end; ++r) {
+          if (r + kAhead < end) Prefetch(xf + (r + kAhead) * h, h * sizeof(float));
+          if (stream) {
+            NormalizeRow(xf + r * h, h, g, b, eps, buf.data());
+            StreamFloats(buf.data(), yf + r * h, h);
+          } else {
+            NormalizeRow(xf + r * h, h, g, b, eps, yf + r * h);
+          }
+        }
+        if (stream) StreamFence();
+      } else {
+        buf.resize(h);
+        for (int64_t r = begin; r < end; ++r) {
+          if (r + kAhead < end) Prefetch(xp + (r + kAhead) * h, h * sizeof(T));
+          ToFloats(xp + r * h, buf.data(), h);
+          NormalizeRow(buf.data(), h, g, b, eps, buf.data());
+          FromFloats(buf.data(), yp + r * h, h);
+        }
+      }
+    });
+  }
+
+ private:
+  float epsilon_;
+};
+
+}  // namespace
+}  // namespace bridge
+
+REGISTER_OP("FusedLayerNorm")
+    .Input("x: T")
+    .Input("gamma: T")
+    .Input("beta: T")
+    .Output("y: T")
+    .Attr("epsilon: float = 1e-6")
+    .Attr("T: {float, half}")
+    .SetShapeFn(bridge::ShapeFn)
+    .Doc("Layer normalization over the last axis: y = gamma*(x-mean)/sqrt(var+epsilon) + beta.");
+
+REGISTER_KERNEL_BUILDER(Name("FusedLayerNorm").Device(tensorflow::DEVICE_CPU).TypeConstraint<float>("T"),
+                        bridge::FusedLayerNormOp<float>);
+REGISTER_KERNEL_BUILDER(Name("FusedLayerNorm").Device(tensorflow::DEVICE_CPU).TypeConstraint<Eigen::half>("T"),
+                        bridge::FusedLayerNormOp<Eigen::half>);
