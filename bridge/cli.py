@@ -33,7 +33,7 @@ def parser() -> argparse.ArgumentParser:
     for mod in _command_modules():
         sp = sub.add_parser(mod.NAME, help=mod.HELP, description=getattr(mod, "DESCRIPTION", mod.HELP))
         mod.add_arguments(sp)
-        sp.set_defaults(_run=mod.run)
+        sp.set_defaults(_run=mod.run, _uses_tensorflow=getattr(mod, "USES_TENSORFLOW", True))
     return p
 
 
@@ -41,6 +41,9 @@ def main(argv=None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     args = parser().parse_args(argv)
     try:
+        if args._uses_tensorflow:
+            from bridge.quiet import import_tensorflow
+            import_tensorflow(verbose=bool(getattr(args, "verbose", False)))
         return int(args._run(args) or 0)
     except UsageError as e:
         print(f"bridge {args.command}: error: {e}", file=sys.stderr)

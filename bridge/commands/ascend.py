@@ -7,6 +7,8 @@ import os
 
 NAME = "ascend"
 HELP = "Ascend helpers: `check` lists every node ATC would reject (pre-flight, no CANN needed)"
+USES_TENSORFLOW = False  # runs on a box with onnx/onnxruntime only
+
 
 
 def add_arguments(p):

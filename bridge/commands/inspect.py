@@ -6,6 +6,8 @@ from pathlib import Path
 
 NAME = "inspect"
 HELP = "op census, custom ops, inputs/outputs and size of a .tflite or .onnx file"
+USES_TENSORFLOW = False  # runs on a box with onnx/onnxruntime only
+
 DESCRIPTION = (HELP + ". TFLite: builtin and custom ops with counts, custom-op attributes (FlexBuffer), "
                "signatures, weights by dtype. ONNX: opsets, nodes by domain, custom-domain nodes, "
                "model-local functions, external data.")
