@@ -1,7 +1,9 @@
-"""How long `bridge parity` takes: every runtime on one model, outputs only and
-with --per-layer, side by side in one process (the ONNX export is made once per
-run and shared by the ort* runtimes). Target: YOLOv3-416, all runtimes, under a
-minute, per-layer mode too.
+"""How long `bridge parity` takes and how much memory it needs: every default
+runtime on one model, outputs only and with --per-layer, each mode in its own
+process (as a user runs it), with every stage timed: building the model,
+fusing, each export and conversion, each runtime's prepare and run, with the
+peak resident memory of each stage. Target: YOLOv3-416 (62 M parameters,
+66 GFLOP) under a minute in both modes on two cores.
 
     python benchmarks/parity.py                      # yolov3 at 416
     python benchmarks/parity.py --model yolov3-tiny --config input_size=96 --json
@@ -11,20 +13,81 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
+import tempfile
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+MODES = {"outputs": False, "per-layer": True}
+
+
+def one_run(model: str, config: dict, runtimes, per_layer: bool) -> dict:
+    """One parity run in this process, every stage with its own peak memory."""
+    from bridge.parity import open_source, run_parity
+    from bridge.parity.stages import StageLog
+    log = StageLog(per_stage_peaks=True)
+    t0 = time.perf_counter()
+    with log.stage("building the model"):
+        source = open_source(model, config=dict(config))
+    source.stages = log
+    try:
+        report = run_parity(None, source=source, runtimes=runtimes, per_layer=per_layer)
+    finally:
+        source.close()
+    return {"seconds_in_process": time.perf_counter() - t0, "passed": report.passed,
+            "peak_rss_mb": log.peak_mb(), "stages": log.to_json(),
+            "runtimes": {r.name: {"status": r.status, "reason": r.reason, "prepare_s": r.prepare_s,
+                                  "run_s": r.run_s, "layers": r.layers.compared if r.layers else None}
+                         for r in report.runtimes}}
+
+
+def in_child(model: str, config: dict, runtimes, per_layer: bool) -> dict:
+    """`one_run` in a fresh interpreter: wall time includes importing TensorFlow,
+    and no mode inherits the other's memory."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "run.json")
+        cmd = [sys.executable, os.path.abspath(__file__), "--child", out, "--model", model,
+               "--config-json", json.dumps(config)]
+        if runtimes:
+            cmd += ["--runtimes", ",".join(runtimes)]
+        if per_layer:
+            cmd.append("--per-layer")
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        wall = time.perf_counter() - t0
+        if proc.returncode != 0 or not os.path.exists(out):
+            tail = "\n".join(proc.stderr.strip().splitlines()[-5:])
+            return {"error": f"exit {proc.returncode}: {tail}", "wall_s": wall}
+        with open(out) as f:
+            data = json.load(f)
+    data["wall_s"] = wall
+    return data
+
+
+def _mb(value) -> str:
+    return "-" if value is None else f"{value:,.0f}"
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="yolov3")
     p.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--runtimes", help="comma-separated (default: all available)")
+    p.add_argument("--runtimes", help="comma-separated (default: the default runtimes)")
+    p.add_argument("--modes", default=",".join(MODES), help="outputs,per-layer (default both)")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    p.add_argument("--config-json", help=argparse.SUPPRESS)
+    p.add_argument("--per-layer", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    from bridge.parity import open_source, run_parity
+    runtimes = [r for r in args.runtimes.split(",") if r] if args.runtimes else None
+    if args.child:
+        data = one_run(args.model, json.loads(args.config_json), runtimes, args.per_layer)
+        with open(args.child, "w") as f:
+            json.dump(data, f)
+        return 0
+
     from bridge.table import render
     config = {}
     for item in args.config:
@@ -33,30 +96,29 @@ def main(argv=None) -> int:
             config[k] = json.loads(v)
         except ValueError:
             config[k] = v
-    runtimes = args.runtimes.split(",") if args.runtimes else None
-    rows, out = [], {"model": args.model, "config": config, "runs": {}}
-    for per_layer in (False, True):
-        t0 = time.perf_counter()
-        source = open_source(args.model, config=config)  # each mode pays its own build and export
-        build_s = time.perf_counter() - t0
-        try:
-            report = run_parity(None, source=source, runtimes=runtimes, per_layer=per_layer)
-        finally:
-            source.close()
-        total = time.perf_counter() - t0
-        mode = "per-layer" if per_layer else "outputs"
-        out["runs"][mode] = {"total_s": total, "build_s": build_s, "passed": report.passed,
-                             "runtimes": {r.name: {"status": r.status, "prepare_s": r.prepare_s, "run_s": r.run_s,
-                                                   "layers": r.layers.compared if r.layers else None}
-                                          for r in report.runtimes}}
-        for r in report.runtimes:
-            rows.append([mode, r.name, r.status, r.prepare_s, r.run_s,
-                         r.layers.compared if r.layers else "-"])
-        rows.append([mode, "(total, model build included)", "pass" if report.passed else "FAIL", build_s, total, ""])
+    if args.model == "yolov3" and "input_size" not in config:
+        config["input_size"] = 416
+    out = {"model": args.model, "config": config, "cpus": os.cpu_count(), "runs": {}}
+    for mode in [m for m in args.modes.split(",") if m]:
+        out["runs"][mode] = in_child(args.model, config, runtimes, MODES[mode])
     if args.json:
         print(json.dumps(out, indent=1))
-    else:
-        print(render(["mode", "runtime", "status", "prepare s", "run s", "layers"], rows, align="lllrrr"))
+        return 0
+    print(f"bridge parity {args.model} {config}, {os.cpu_count()} CPUs, one process per mode")
+    for mode, run in out["runs"].items():
+        print()
+        if "error" in run:
+            print(f"{mode}: failed after {run['wall_s']:.1f} s: {run['error']}")
+            continue
+        rows = [["  " * s["depth"] + s["stage"], s["seconds"], _mb(s["peak_rss_mb"])] for s in run["stages"]]
+        rows.append(["(whole process: import, build, run)", run["wall_s"], _mb(run["peak_rss_mb"])])
+        print(f"{mode}: {'PASS' if run['passed'] else 'FAIL'}, {run['wall_s']:.1f} s wall, "
+              f"peak RSS {_mb(run['peak_rss_mb'])} MB")
+        print(render([f"stage ({mode})", "seconds", "peak RSS MB"], rows, align="lrr"))
+        skipped = [f"{n}: {r['reason']}" for n, r in run["runtimes"].items() if r["status"] != "ok" and
+                   r["status"] != "reference"]
+        for line in skipped:
+            print(f"  not compared: {line}")
     return 0
 
 

@@ -265,9 +265,22 @@ def _must_exist(arg, path):
 def _keras_infos(model) -> Tuple[List[TensorInfo], List[str]]:
     inputs = [TensorInfo(t.name, tuple(None if d is None else int(d) for d in t.shape), np.dtype(t.dtype).name)
               for t in model.inputs]
-    outputs = list(getattr(model, "output_names", None) or [getattr(t, "name", f"output_{i}")
-                                                           for i, t in enumerate(model.outputs)])
+    outputs = _dict_output_keys(model) or list(getattr(model, "output_names", None) or
+                                                [getattr(t, "name", f"output_{i}") for i, t in enumerate(model.outputs)])
     return inputs, outputs
+
+
+def _dict_output_keys(model) -> Optional[List[str]]:
+    """For a model that returns a dict: its keys, in Keras' flattening order
+    (sorted: the order of model.outputs). `model.output_names` names the output
+    layers instead, which need not be the keys the model returns."""
+    try:
+        struct = model.output
+    except (AttributeError, ValueError):  # e.g. a Sequential model never called
+        return None
+    if isinstance(struct, dict) and struct and all(isinstance(k, str) for k in struct):
+        return sorted(struct)
+    return None
 
 
 def _builtin(name, shapes, seed, config) -> ModelSource:

@@ -33,7 +33,8 @@ def _runtime_help() -> str:
     try:
         from bridge.parity.runtimes import discover
         found, _ = discover()
-        return "; ".join(f"{n}: {c.description}" for n, c in found.items())
+        return "; ".join(f"{n}: {c.description}" + ("" if getattr(c, "default", True) else " (opt-in: only when named)")
+                         for n, c in found.items())
     except Exception as e:  # help must print even when an adapter is broken
         return f"(runtimes not listed: {e})"
 
@@ -41,7 +42,7 @@ def _runtime_help() -> str:
 def add_arguments(p):
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.add_argument("model", metavar="MODEL", help="a built-in model name, a .keras file, a SavedModel folder or an .onnx file")
-    p.add_argument("--runtimes", metavar="LIST", help="comma-separated runtimes (default: every one available here). "
+    p.add_argument("--runtimes", metavar="LIST", help="comma-separated runtimes (default: every default one available here). "
                    + _runtime_help())
     p.add_argument("--batch", type=int, default=1, metavar="N", help="batch size of generated inputs (default 1)")
     p.add_argument("--input-shape", action="append", metavar="NAME:D,D,...",

@@ -1,43 +1,152 @@
-"""The ONNX exports the ort* runtimes share, made once per parity run.
+"""The ONNX exports the ONNX runtimes of one parity run share, each made once.
 
-The project's exporter (bridge.converters.export_onnx) does the work; parity
-asks it for the custom-domain (com.bridge) model of the fused Keras model (the
-one tf-fused runs) at the run's input shapes, and derives the standard-ops model by inlining the
-com.bridge nodes (the same graph `--mode lowered` writes), so one tf2onnx
-conversion serves every ONNX runtime.
+The project's exporters do the work: bridge.converters.export_onnx converts
+the fused Keras model (the one tf-fused runs) at the run's input shapes, and
+bridge.converters.export_ge lays a conversion at ATC's opset out as the
+model.onnx `bridge export --to ge` writes. The standard-ops model is the custom
+export with its com.bridge nodes inlined (the graph `--mode lowered` writes).
+
+Conversions take tf2onnx's large-model road: the weights skip TensorFlow's
+second freezing pass and grappler, which on YOLOv3-416 halves the conversion
+time and keeps its peak memory near 2.5 GB instead of 6 GB; the graph is the
+same. The weights then go back into the one ModelProto every runtime shares.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Dict, Tuple
 
 from bridge.parity.runtime import Unavailable
 
 CUSTOM_DOMAIN = "com.bridge"
 
 
-def onnx_custom(source) -> Any:
-    """The fused model (source.fused_model, shared with tf-fused) exported by
-    bridge.converters.export_onnx at the run's input shapes, custom mode."""
+def custom_opset() -> int:
+    from bridge.converters.export_onnx import DEFAULT_OPSET
+    return DEFAULT_OPSET
+
+
+def ge_opset() -> int:
+    from bridge.ascend.origins import DEFAULT_OPSET
+    return DEFAULT_OPSET
+
+
+def _tf_function(source) -> Tuple[Any, list, list]:
+    """(tf.function, input signature, output names) of what the ONNX runtimes run:
+    the fused Keras model (source.fused_model, shared with tf-fused; the model
+    itself when nothing can be fused), or a SavedModel's signature. Traced once
+    per run, whatever the opset."""
     shapes = getattr(source, "input_shapes", None)
     if not shapes:
         raise RuntimeError("the run's input shapes must be set before exporting")
+
+    def build():
+        from bridge import modelsource
+        if source.kind == "keras":
+            try:
+                model, _ = source.fused_model()
+            except Unavailable:
+                model = source.keras_model()  # nothing fused: the plain export still checks the ONNX road
+        else:
+            model = source.saved_model()
+        ms = modelsource.from_object(model, input_shapes=dict(shapes))
+        return ms.function(model if ms.is_keras else None), ms.signature(), list(ms.output_names)
+    return source.cached("tf-function", build)
+
+
+def _converters():
     try:
         from bridge.converters import export_onnx
     except ImportError as e:
         raise Unavailable(f"bridge.converters.export_onnx is not available ({e})") from None
-    if source.kind == "keras":
-        try:
-            model, _ = source.fused_model()
-        except Unavailable:
-            model = source.keras_model()  # nothing fused: the plain export still checks the ONNX road
+    return export_onnx
+
+
+def onnx_custom(source) -> Any:
+    """The com.bridge export (custom nodes with their model-local functions) at
+    export_onnx's default opset."""
+    eo = _converters()
+    fn, signature, names = _tf_function(source)
+    model, external = eo.convert(fn, signature, opset=custom_opset(), mode="custom", output_names=names, large=True)
+    return with_data(model, external)
+
+
+def onnx_ge(source) -> Any:
+    """The GE-bound model: a conversion at ATC's default opset (bare com.bridge
+    nodes: the function bodies need opset 13) laid out by export_ge.ge_model for
+    the new ATC parser, at the run's (static) input shapes. For an .onnx MODEL,
+    the model itself when its opset is one ATC takes."""
+    from bridge.converters import export_ge
+    from bridge.exporting import ExportError
+    shapes = {k: tuple(v) for k, v in source.input_shapes.items()}
+    if source.kind == "onnx":
+        from bridge.ascend.expand import opset_of
+        from bridge.ascend.origins import EXPORT_OPSETS
+        model = source.onnx_custom()
+        opset = opset_of(model)
+        if opset not in EXPORT_OPSETS:
+            raise Unavailable(f"the .onnx MODEL has opset {opset}; ATC takes {EXPORT_OPSETS[0]}..{EXPORT_OPSETS[-1]} "
+                              f"(bridge export --to ge converts at 11)")
     else:
-        model = source.saved_model()
-    return export_onnx.export_model(model, input_shapes=dict(shapes), mode="custom", fuse=False)
+        model, opset = _convert_for_ge(source)
+    try:
+        return export_ge.ge_model(model, opset=opset, parser="new", shapes=shapes)
+    except ExportError as e:
+        raise Unavailable(f"the GE layout failed: {e}") from None
 
 
-def _opset(domain, version):
-    from onnx import helper
-    return helper.make_opsetid(domain, version)
+def _convert_for_ge(source):
+    """(model, opset): the conversion at ATC's default opset, or at the first
+    higher opset ATC takes when the model has ops the default opset lacks
+    (BERT's Einsum needs 12); `source.ge_opset_note` then says so."""
+    from bridge.ascend.origins import EXPORT_OPSETS
+    from bridge.exporting import ExportError
+    eo = _converters()
+    fn, signature, names = _tf_function(source)
+    first_error = None
+    for opset in [o for o in EXPORT_OPSETS if o >= ge_opset()]:
+        try:
+            model, external = _convert_raw(eo, fn, signature, opset, names)
+        except ExportError as e:
+            if "cannot convert these ops" not in str(e):
+                raise
+            first_error = first_error or e
+            continue
+        if opset != ge_opset():
+            source.ge_opset_note = (f"opset {opset}: at opset {ge_opset()} " +
+                                    str(first_error).splitlines()[1].strip().split(":")[0] + " is not an ONNX op")
+        return with_data(model, external), opset
+    raise first_error
+
+
+def _convert_raw(eo, fn, signature, opset, names):
+    from bridge.exporting import ExportError
+    try:
+        return eo.convert_raw(fn, signature, opset=opset, output_names=names, large=True)
+    except ExportError as e:
+        if "tf2onnx failed" not in str(e):
+            raise
+        # A tf2onnx optimizer pass failed (its einsum pass below opset 13, on BERT): tf2onnx
+        # skips a failed pass, but not on the large-model road
+        return eo.convert_raw(fn, signature, opset=opset, output_names=names, large=False)
+
+
+def with_data(model, external: Dict[str, bytes]) -> Any:
+    """`model` with tf2onnx's external tensors (`external`: {location: bytes})
+    back inside it, in place: one self-contained ModelProto."""
+    if not external:
+        return model
+    import onnx
+    from onnx.external_data_helper import _get_all_tensors
+    for t in _get_all_tensors(model):
+        if t.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        location = next((e.value for e in t.external_data if e.key == "location"), None)
+        if location not in external:
+            raise RuntimeError(f"tensor {t.name!r}: tf2onnx kept its data at {location!r}, which it did not return")
+        t.raw_data = external[location]
+        del t.external_data[:]
+        t.data_location = onnx.TensorProto.DEFAULT
+    return model
 
 
 def has_custom_nodes(model) -> bool:

@@ -4,12 +4,14 @@ F is an `.npz` keyed by output name (or arr_0, arr_1, ... in output order), or a
 directory of raw `.bin` files as Ascend's msame writes them (one file per
 output, `<model>_output_<i>.bin`, no header): their shapes come from the
 reference outputs, the dtype from the model unless the byte count says float16.
+"Output order" is the producing runtime's when it has its own (`ge`: the
+GE-bound model's outputs, which msame keeps), else the reference's.
 """
 from __future__ import annotations
 
 import os
 import re
-from typing import Dict, List, Mapping, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -28,17 +30,25 @@ def parse_load_outputs(items: List[str]) -> List[Tuple[str, str]]:
     return out
 
 
-def load_outputs(path: str, reference: Mapping[str, np.ndarray], what: str) -> Dict[str, np.ndarray]:
-    """Outputs keyed by the canonical names, shaped like the reference's."""
+def load_outputs(path: str, reference: Mapping[str, np.ndarray], what: str, order: Optional[Sequence[str]] = None,
+                 aliases: Optional[Mapping[str, str]] = None) -> Dict[str, np.ndarray]:
+    """Outputs keyed by the canonical names, shaped like the reference's.
+    `order`: the canonical names in the order the producing runtime writes its
+    outputs (positional arrays and .bin files follow it; default: the
+    reference's order); `aliases`: {the runtime's own output name: canonical}."""
     names = list(reference)
+    order = list(order) if order and sorted(order) == sorted(names) else names
     if os.path.isdir(path):
-        return _from_bins(path, reference, what)
+        return _from_bins(path, reference, what, order)
     data = load_npz(path, what)
     if all(n in data for n in names):
         return {n: data[n] for n in names}
-    positional = [f"arr_{i}" for i in range(len(names))]
+    by_alias = {c: o for o, c in (aliases or {}).items() if c in reference}
+    if by_alias and all(n in by_alias and by_alias[n] in data for n in names):
+        return {n: data[by_alias[n]] for n in names}
+    positional = [f"arr_{i}" for i in range(len(order))]
     if all(k in data for k in positional):
-        return {n: data[k] for n, k in zip(names, positional)}
+        return {n: data[k] for n, k in zip(order, positional)}
     if len(data) == len(names) and len(names) == 1:
         return {names[0]: next(iter(data.values()))}
     raise InputError(f"{what}: {path} has arrays {sorted(data)}, expected the outputs {names} (or arr_0..arr_{len(names)-1})")
@@ -49,9 +59,9 @@ def _index(fname: str) -> int:
     return int(m.group(1)) if m else -1
 
 
-def _from_bins(folder: str, reference: Mapping[str, np.ndarray], what: str) -> Dict[str, np.ndarray]:
+def _from_bins(folder: str, reference: Mapping[str, np.ndarray], what: str, names: Sequence[str]) -> Dict[str, np.ndarray]:
     files = sorted((f for f in os.listdir(folder) if f.endswith(".bin")), key=lambda f: (_index(f), f))
-    names = list(reference)
+    names = list(names)
     if len(files) != len(names):
         raise InputError(f"{what}: {folder} has {len(files)} .bin files ({', '.join(files) or 'none'}), the model has "
                          f"{len(names)} outputs ({', '.join(names)})")

@@ -6,6 +6,8 @@ An adapter subclasses `OnnxRuntime` and supplies `onnx_model(source)` and
 """
 from __future__ import annotations
 
+import os
+import zlib
 from typing import Callable, Dict, List, Mapping, Sequence, Tuple
 
 import numpy as np
@@ -18,18 +20,43 @@ Executor = Callable[[Dict[str, np.ndarray], List[str]], List[np.ndarray]]
 
 class OnnxRuntime(Runtime):
     kinds = ("keras", "savedmodel", "onnx")
+    # The source's memo key of `onnx_model`'s result. With it, the model goes to
+    # the executor as a file, written once per run and shared by every runtime
+    # that runs the same model (no re-serialising 250 MB per session); without,
+    # as the ModelProto.
+    model_key: str = ""
 
     def onnx_model(self, source):  # pragma: no cover - abstract
         raise NotImplementedError
 
     def executor(self, model) -> Executor:  # pragma: no cover - abstract
+        """`model`: a file path when `model_key` is set, else a ModelProto."""
         raise NotImplementedError
 
     def prepare(self, source) -> None:
         super().prepare(source)
         self.model = self.onnx_model(source)
-        self._run = self.executor(self.model)
+        self._run = None
         self._map = None
+        if not getattr(source, "per_layer", False):
+            self._run = self.executor(self._plain())
+        # per layer, the one session is made with the layer outputs marked (run_with_intermediates)
+
+    def _plain(self):
+        return self.source.onnx_path(self.model_key, self.model) if self.model_key else self.model
+
+    def _marked(self, tensors: Sequence[str]):
+        """The model with `tensors` as extra outputs: a file shared by the runtimes
+        of the same model (the original ModelProto is left as it was), or a copy."""
+        if not self.model_key:
+            return onnx_graph.with_outputs(self.model, tensors)
+        key = f"{self.model_key}-layers-{zlib.crc32(chr(0).join(tensors).encode()):08x}"
+
+        def write():
+            path = os.path.join(self.source.workdir, f"{key}.onnx")
+            onnx_graph.save_with_outputs(self.model, tensors, path)
+            return path
+        return self.source.cached(f"path:{key}", write, f"writing {self.model_key}.onnx with {len(tensors)} layer outputs")
 
     # -- inputs and outputs --------------------------------------------------
     def feeds(self, inputs: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
@@ -49,6 +76,8 @@ class OnnxRuntime(Runtime):
         return [o.name for o in self.model.graph.output]
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> Arrays:
+        if self._run is None:
+            self._run = self.executor(self._plain())
         names = self._outputs()
         arrays = self._run(self.feeds(inputs), names)
         return self.outputs_by_name(dict(zip(names, arrays)), order=names)
@@ -72,9 +101,10 @@ class OnnxRuntime(Runtime):
     def run_with_intermediates(self, inputs, names: Sequence[str]) -> Tuple[Arrays, Arrays]:
         mapping = self.layer_map()
         tensors = list(dict.fromkeys(t for n in names for t in mapping.get(n, [])))
+        if not tensors:
+            return self.run(inputs), {}
         outs = self._outputs()
-        marked = onnx_graph.with_outputs(self.model, tensors)
-        run = self.executor(marked)
+        run = self.executor(self._marked(tensors))
         wanted = outs + [t for t in tensors if t not in outs]
         arrays = dict(zip(wanted, run(self.feeds(inputs), wanted)))
         outputs = self.outputs_by_name({o: arrays[o] for o in outs}, order=outs)

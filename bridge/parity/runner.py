@@ -18,6 +18,7 @@ from bridge.parity.onnx_graph import Candidates, best
 from bridge.parity.runtime import Runtime, Unavailable
 from bridge.parity.runtimes import discover
 from bridge.parity.source import ModelSource, open_source
+from bridge.parity.stages import release_heap
 
 
 @dataclass
@@ -89,6 +90,8 @@ class ParityReport:
     per_layer: bool
     seconds: float = 0.0
     problem: str = ""           # why nothing could be judged (no reference, nothing compared)
+    stages: List[dict] = field(default_factory=list)   # bridge.parity.stages rows: time and peak memory
+    peak_rss_mb: Optional[float] = None                  # the process's peak resident memory during the run
 
     @property
     def passed(self) -> bool:
@@ -101,7 +104,9 @@ class ParityReport:
                 "passed": self.passed, "problem": self.problem, "seconds": round(self.seconds, 3),
                 "per_layer": self.per_layer,
                 "inputs": {k: {"shape": list(s), "dtype": d} for k, (s, d) in self.inputs.items()},
-                "runtimes": [r.to_json() for r in self.runtimes]}
+                "runtimes": [r.to_json() for r in self.runtimes],
+                "stages": list(self.stages),
+                "peak_rss_mb": None if self.peak_rss_mb is None else round(self.peak_rss_mb, 1)}
 
 
 def known_runtimes() -> Dict[str, type]:
@@ -150,6 +155,8 @@ def _run(source, adapters, broken, wanted, batch, seed, atol, rtol, per_layer, g
     names += [n for n in broken if n not in names]
     if wanted is not None:
         names = [n for n in names if n in wanted or n == ref_name]
+    else:  # opt-in runtimes (default = False) run only when named
+        names = [n for n in names if n not in adapters or getattr(adapters[n], "default", True) or n == ref_name]
     loaded_names = {n for n, _ in loaded}
     names = [n for n in names if n not in loaded_names or n == ref_name]
 
@@ -159,6 +166,9 @@ def _run(source, adapters, broken, wanted, batch, seed, atol, rtol, per_layer, g
     else:
         arrays = source.sample_inputs(batch, seed)
     source.input_shapes = inputs_mod.shapes_of(arrays)
+    source.per_layer = per_layer
+    source.requested = set(wanted or ())   # named in --runtimes: opt-in and budgeted runtimes run
+    stage = source.stages.stage
     if save_inputs:
         inputs_mod.save(save_inputs, arrays)
 
@@ -167,11 +177,14 @@ def _run(source, adapters, broken, wanted, batch, seed, atol, rtol, per_layer, g
     reference_layers: Dict[str, np.ndarray] = {}
     order = [ref_name] + [n for n in names if n != ref_name] if ref_name in names else names
     problem = ""
+    rt: Optional[Runtime] = None
     for name in order:
+        rt = None  # the previous runtime's sessions and interpreters go before the next one starts
+        release_heap()
         if name in broken:
             results.append(RuntimeResult(name, "", "error", broken[name], required=bool(wanted and name in wanted)))
             continue
-        rt: Runtime = adapters[name]()
+        rt = adapters[name]()
         is_ref = name == ref_name
         res = RuntimeResult(name, rt.description, "reference" if is_ref else "ok",
                             required=bool(wanted and name in wanted))
@@ -179,7 +192,8 @@ def _run(source, adapters, broken, wanted, batch, seed, atol, rtol, per_layer, g
         log(f"{name}: preparing")
         t0 = time.perf_counter()
         try:
-            rt.prepare(source)
+            with stage(f"{name}: prepare"):
+                rt.prepare(source)
         except Unavailable as e:
             res.status, res.reason = "unavailable", str(e)
             res.prepare_s = time.perf_counter() - t0
@@ -193,6 +207,7 @@ def _run(source, adapters, broken, wanted, batch, seed, atol, rtol, per_layer, g
                 problem = f"the reference {name} failed: {res.reason}"
             continue
         res.prepare_s = time.perf_counter() - t0
+        res.description = rt.description  # an adapter may say more once it knows the model
         if is_ref:
             layer_names = source.layer_order() if per_layer else []
             layer_names = [n for n in layer_names if n in set(rt.layer_names())]
@@ -204,10 +219,11 @@ def _run(source, adapters, broken, wanted, batch, seed, atol, rtol, per_layer, g
         log(f"{name}: running")
         t0 = time.perf_counter()
         try:
-            if layer_names:
-                outputs, layers = rt.run_with_intermediates(arrays, layer_names)
-            else:
-                outputs, layers = rt.run(arrays), {}
+            with stage(f"{name}: run" + (f" ({len(layer_names)} layers marked)" if layer_names else "")):
+                if layer_names:
+                    outputs, layers = rt.run_with_intermediates(arrays, layer_names)
+                else:
+                    outputs, layers = rt.run(arrays), {}
         except Unavailable as e:
             res.status, res.reason = "unavailable", str(e)
             continue
@@ -219,6 +235,13 @@ def _run(source, adapters, broken, wanted, batch, seed, atol, rtol, per_layer, g
         finally:
             res.run_s = time.perf_counter() - t0
         if is_ref:
+            missing = [k for k in source.output_names if k not in outputs]
+            if missing:
+                res.status = "error"
+                res.reason = (f"the reference returned {sorted(outputs)}, not the outputs {missing} "
+                              f"(model outputs: {source.output_names})")
+                problem = f"the reference {name} failed: {res.reason}"
+                continue
             reference_out = {k: np.asarray(outputs[k]) for k in source.output_names}
             reference_layers = {k: np.asarray(v) for k, v in layers.items()}
             continue
@@ -229,11 +252,9 @@ def _run(source, adapters, broken, wanted, batch, seed, atol, rtol, per_layer, g
 
     if reference_out is not None:
         for name, path in loaded:
-            res = RuntimeResult(name, f"outputs loaded from {path}", "loaded")
-            try:
-                got = loaded_mod.load_outputs(path, reference_out, f"--load-outputs {name}")
-            except InputError as e:
-                raise e
+            order, aliases, how = _loaded_layout(adapters.get(name), source)
+            res = RuntimeResult(name, f"outputs loaded from {path}{how}", "loaded")
+            got = loaded_mod.load_outputs(path, reference_out, f"--load-outputs {name}", order=order, aliases=aliases)
             res.outputs = _compare_outputs(got, reference_out, atol, rtol, res)
             results.append(res)
     elif not problem:
@@ -242,7 +263,23 @@ def _run(source, adapters, broken, wanted, batch, seed, atol, rtol, per_layer, g
         problem = "no runtime besides the reference could run, so nothing was compared"
     return ParityReport(source.label, source.kind, ref_name or "", seed,
                         {k: (tuple(v.shape), v.dtype.name) for k, v in arrays.items()}, results, per_layer,
-                        time.perf_counter() - start, problem)
+                        time.perf_counter() - start, problem, source.stages.to_json(), source.stages.peak_mb())
+
+
+def _loaded_layout(cls, source) -> Tuple[Optional[List[str]], Dict[str, str], str]:
+    """(canonical names in the order of the files, {own name: canonical}, a note)
+    for outputs loaded under a runtime's name: that runtime's own output layout
+    (e.g. ge: the GE model's output order, which msame keeps); the reference's
+    order for any other name."""
+    if cls is None or cls.output_layout is Runtime.output_layout:
+        return None, {}, ""
+    try:
+        rt = cls()
+        with source.stages.stage(f"{cls.name}: output layout"):
+            order, aliases = rt.output_layout(source)
+    except Exception as e:  # noqa: BLE001 - say it and fall back to the reference's order
+        return None, {}, f" (in the reference's output order: {cls.name}'s own layout failed: {_describe(e)})"
+    return list(order), dict(aliases), f" (in {cls.name}'s output order)"
 
 
 def _own_tolerance(value) -> Dict[str, Tuple[float, float]]:

@@ -48,6 +48,14 @@ Contract:
   description. --atol/--rtol given by the user still win.
 - `kinds` lists the MODEL kinds the adapter accepts; others are skipped silently
   (e.g. `tf` does not appear at all for an .onnx MODEL).
+- `default = False` makes the runtime opt-in: a plain run leaves it out, and it
+  runs only when named in --runtimes (e.g. the quantised TFLite variants: one
+  more conversion each).
+- `output_layout(source)` (optional): the canonical output names in the order
+  this runtime's own output files come, plus {own output name: canonical name};
+  `--load-outputs NAME=F` uses it to read outputs produced elsewhere for the
+  runtime NAME (e.g. msame's `.bin` files in the GE model's output order). The
+  default is the canonical order and no aliases.
 """
 from __future__ import annotations
 
@@ -76,6 +84,7 @@ class Runtime:
     reference_for: Tuple[str, ...] = ()
     tolerance: object = None   # (atol, rtol) or {dtype name: (atol, rtol)}
     kinds: Tuple[str, ...] = ("keras", "savedmodel", "onnx")
+    default: bool = True        # False: only when named in --runtimes
 
     def __init__(self) -> None:
         self.source: Optional["ModelSource"] = None
@@ -95,6 +104,11 @@ class Runtime:
                                names: Sequence[str]) -> Tuple[Arrays, Arrays]:
         return self.run(inputs), {}
 
+    def output_layout(self, source: "ModelSource") -> Tuple[List[str], Dict[str, str]]:
+        """(canonical output names in this runtime's output order, {own output
+        name: canonical name}) for outputs of this runtime produced elsewhere."""
+        return list(source.output_names), {}
+
     # -- helpers for adapters ----------------------------------------------
     def outputs_by_position(self, arrays: Sequence[np.ndarray]) -> Arrays:
         names = self.source.output_names
@@ -108,15 +122,25 @@ class Runtime:
         """Maps the runtime's own output names to the canonical ones: exact name
         first, then a name that matches after dropping ':0' / path prefixes, then
         by position (`order` gives the runtime's output order)."""
-        canonical = self.source.output_names
         own = dict(own)
         order = list(order) if order is not None else list(own)
-        if set(canonical) <= set(own):
-            return {n: np.asarray(own[n]) for n in canonical}
-        simple = {_simple(k): k for k in own}
-        if len(simple) == len(own) and all(_simple(n) in simple for n in canonical):
-            return {n: np.asarray(own[simple[_simple(n)]]) for n in canonical}
-        return self.outputs_by_position([own[k] for k in order])
+        mapping = canonical_names(order, self.source.output_names)
+        if mapping is None:
+            return self.outputs_by_position([own[k] for k in order])
+        return {c: np.asarray(own[o]) for o, c in mapping.items()}
+
+
+def canonical_names(own: Sequence[str], canonical: Sequence[str]) -> Optional[Dict[str, str]]:
+    """{own output name: canonical name} by exact name, else by the name without
+    ':0' and scope prefixes; None when neither covers every canonical output
+    (then outputs pair up by position)."""
+    own = list(own)
+    if set(canonical) <= set(own):
+        return {n: n for n in canonical}
+    simple = {_simple(k): k for k in own}
+    if len(simple) == len(own) and all(_simple(n) in simple for n in canonical):
+        return {simple[_simple(n)]: n for n in canonical}
+    return None
 
 
 def _simple(name: str) -> str:

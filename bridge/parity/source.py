@@ -17,6 +17,7 @@ import numpy as np
 
 from bridge.parity.inputs import InputError, InputSpec
 from bridge.parity.runtime import Unavailable
+from bridge.parity.stages import StageLog, release_heap
 
 KINDS = ("keras", "savedmodel", "onnx")
 
@@ -34,22 +35,33 @@ class ModelSource:
         self._errors: Dict[str, BaseException] = {}
         self._lock = threading.RLock()
         self._workdir: Optional[str] = None
+        self.stages = StageLog()   # time and peak memory of each build and each runtime's steps
+        self.input_shapes: Optional[Dict[str, Tuple[int, ...]]] = None  # set by the runner before any export
+        self.per_layer = False           # set by the runner: sessions are then made with the layers marked
+        self.requested: set = set()      # runtimes named in --runtimes (set by the runner)
+        self.ge_opset_note = ""          # why the GE export is above ATC's default opset, if it is
         if onnx_model is not None:  # a given export replaces bridge's own (--onnx)
             self._cache["onnx-custom"] = onnx_model
         self.inputs: List[InputSpec] = self._input_specs()
         self.output_names: List[str] = self._output_names()
 
     # -- memo ----------------------------------------------------------------
-    def cached(self, key: str, build: Callable[[], Any]) -> Any:
+    def cached(self, key: str, build: Callable[[], Any], label: Optional[str] = None) -> Any:
         """`build()` once per run; a failure is remembered and re-raised for every
-        runtime that asks (as Unavailable when it was one)."""
+        runtime that asks (as Unavailable when it was one). `label` names the
+        build as a stage in `stages` (time, peak memory)."""
         with self._lock:
             if key in self._cache:
                 return self._cache[key]
             if key in self._errors:
                 raise self._errors[key]
             try:
-                value = build()
+                if label:
+                    with self.stages.stage(label):
+                        value = build()
+                    release_heap()  # what the build freed (tf2onnx's and the converter's copies) goes back
+                else:
+                    value = build()
             except BaseException as e:
                 self._errors[key] = e
                 raise
@@ -91,7 +103,7 @@ class ModelSource:
             except ImportError as e:
                 raise Unavailable(f"bridge.converters.fuse is not available ({e})") from None
             return fuse(model)
-        return self.cached("fused", build)
+        return self.cached("fused", build, "fusing")
 
     def onnx_custom(self):
         """The com.bridge ONNX export (fused ops as custom-domain nodes with their
@@ -99,21 +111,29 @@ class ModelSource:
         if self.kind == "onnx":
             return self._model
         from bridge.parity import export
-        return self.cached("onnx-custom", lambda: export.onnx_custom(self))
+        return self.cached("onnx-custom", lambda: export.onnx_custom(self),
+                           f"exporting ONNX (com.bridge, opset {export.custom_opset()})")
 
     def onnx_lowered(self):
         """Standard ops only: the custom export with every com.bridge node inlined."""
         from bridge.parity import export
-        return self.cached("onnx-lowered", lambda: export.inline(self.onnx_custom()))
+        return self.cached("onnx-lowered", lambda: export.inline(self.onnx_custom()), "inlining com.bridge nodes")
+
+    def onnx_ge(self):
+        """The GE-bound model.onnx `bridge export --to ge` writes (ATC opset, static
+        shapes, no functions, the custom nodes plain in com.bridge)."""
+        from bridge.parity import export
+        return self.cached("onnx-ge", lambda: export.onnx_ge(self), f"exporting for GE (opset {export.ge_opset()})")
 
     def onnx_path(self, key: str, model) -> str:
-        """`model` saved once under the run's work folder (sessions that want a path)."""
+        """`model` saved once under the run's work folder: onnxruntime reads the
+        file itself (one serialisation however many sessions use it)."""
         def write():
-            import onnx
             path = os.path.join(self.workdir, f"{key}.onnx")
-            onnx.save_model(model, path)
+            with open(path, "wb") as f:
+                f.write(model.SerializeToString())
             return path
-        return self.cached(f"path:{key}", write)
+        return self.cached(f"path:{key}", write, f"writing {key}.onnx")
 
     # -- inputs, outputs, layers -------------------------------------------
     def _input_specs(self) -> List[InputSpec]:
@@ -158,15 +178,20 @@ class ModelSource:
 # -- helpers per kind -----------------------------------------------------------
 def keras_layer_outputs(model) -> List[Tuple[str, Any]]:
     """(canonical name, KerasTensor) for every layer output of a functional model,
-    in the model's (topological) layer order."""
+    in the model's (topological) layer order. A layer shared with another model
+    (the fused model calls the original's unfused layers on its own tensors)
+    gives its output in this model's graph, not `layer.output` (its first call)."""
+    own = _own_node_outputs(model)
     out = []
     for layer in model.layers:
         if type(layer).__name__ == "InputLayer":
             continue
-        try:
-            tensors = layer.output
-        except Exception:  # a layer used twice has no single output
-            continue
+        tensors = own.get(id(layer))
+        if tensors is None:
+            try:
+                tensors = layer.output
+            except Exception:  # a layer used twice has no single output
+                continue
         if isinstance(tensors, (list, tuple)):
             out.extend((f"{layer.name}:{i}", t) for i, t in enumerate(tensors))
         elif isinstance(tensors, dict):
@@ -174,6 +199,23 @@ def keras_layer_outputs(model) -> List[Tuple[str, Any]]:
         else:
             out.append((layer.name, tensors))
     return out
+
+
+def _own_node_outputs(model) -> Dict[int, Any]:
+    """{id(layer): its output in `model`'s own graph} for layers called once in
+    it (Keras 3 functional models; {} for anything else)."""
+    found: Dict[int, Any] = {}
+    twice = set()
+    for nodes in (getattr(model, "_nodes_by_depth", None) or {}).values():
+        for node in nodes:
+            op = getattr(node, "operation", None)
+            if op is None or not hasattr(node, "outputs"):
+                continue
+            if id(op) in found:
+                twice.add(id(op))
+            outs = list(node.outputs)
+            found[id(op)] = outs[0] if len(outs) == 1 else outs
+    return {k: v for k, v in found.items() if k not in twice}
 
 
 def _keras_inputs(model) -> List[InputSpec]:

@@ -6,7 +6,8 @@ from bridge.parity.runtime import Unavailable
 
 
 def plugin_session(model, kernels):
-    """An onnxruntime session through bridge.onnx_plugins (schemas, library)."""
+    """An onnxruntime session through bridge.onnx_plugins (schemas, library);
+    `model`: a ModelProto or a file."""
     try:
         from bridge import onnx_plugins
         make = onnx_plugins.session
@@ -23,6 +24,7 @@ class Ort(OnnxRuntime):
     name = "ort"
     description = "com.bridge ONNX on onnxruntime, native kernels"
     order = 20
+    model_key = "onnx-custom"
 
     def onnx_model(self, source):
         return source.onnx_custom()

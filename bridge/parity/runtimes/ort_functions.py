@@ -10,6 +10,7 @@ class OrtFunctions(OnnxRuntime):
     name = "ort-functions"
     description = "com.bridge ONNX on onnxruntime, no library (functions inlined)"
     order = 30
+    model_key = "onnx-custom"
 
     def onnx_model(self, source):
         return source.onnx_custom()

@@ -11,12 +11,13 @@ class OrtLowered(OnnxRuntime):
     name = "ort-lowered"
     description = "standard-ops ONNX (custom nodes inlined) on plain onnxruntime"
     order = 40
+    model_key = "onnx-lowered"
 
     def onnx_model(self, source):
         return source.onnx_lowered()
 
     def executor(self, model):
-        session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        session = onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"])
         return ort_executor(session)
 
 

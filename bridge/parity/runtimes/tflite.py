@@ -1,8 +1,8 @@
 """`tflite`: the lowered TFLite export (builtins only) on ai_edge_litert.
 
 The fused model is exported once per run with `bridge.converters.export_tflite`
-(shared with the quantised variants through `source.cached`), at the model's own
-input signature; the signature runner resizes the inputs to the run's shapes, and
+(the quantised variants, opt-in, share its trace and freezing through
+`source.cached`), at the model's own input signature; the signature runner resizes the inputs to the run's shapes, and
 outputs come back keyed by the signature's output names, which are the model's.
 `tf.lite.Interpreter` serves only when ai_edge_litert is not installed.
 """
@@ -30,15 +30,24 @@ def interpreter_class():
 
 
 def exported(source, mode: str = "lowered", quantize: str = "none") -> bytes:
-    """The run's TFLite file for (mode, quantize), exported once and shared."""
-    def build():
-        from bridge.converters import export_tflite
+    """The run's TFLite file for (mode, quantize), converted once. The trace and
+    the freezing (half of a conversion) are shared by every quantisation."""
+    from bridge.converters import export_tflite
+
+    def frozen():
         model, specs, names = _model_of(source)
         try:
-            return export_tflite.convert(model, specs, names, mode=mode, quantize=quantize)
+            return export_tflite.frozen_function(export_tflite.function(model, specs, names), mode)
         except export_tflite.TFLiteExportError as e:
             raise Unavailable(str(e)) from None
-    return source.cached(f"tflite:{mode}:{quantize}", build)
+
+    def build():
+        cf = source.cached(f"tflite-frozen:{mode}", frozen, f"tracing and freezing for TFLite ({mode})")
+        try:
+            return export_tflite.convert_frozen(cf, mode, quantize)
+        except export_tflite.TFLiteExportError as e:
+            raise Unavailable(str(e)) from None
+    return source.cached(f"tflite:{mode}:{quantize}", build, f"converting to TFLite ({mode}, quantize {quantize})")
 
 
 def _model_of(source):

@@ -1,0 +1,45 @@
+"""`ge`: the model.onnx that `bridge export --to ge` writes for Ascend (ATC's
+opset, static shapes, no model-local functions, the fused ops as plain
+com.bridge nodes, as the custom-operator plugin route hands them to GE), run
+on onnxruntime with bridge's native kernels in place of the Ascend kernels.
+It checks what that route depends on: the conversion at ATC's opset, the
+static layout, and the nodes' attributes as the plugins parse them.
+
+Outputs of the real thing come in with `--load-outputs ge=F` (msame's `.bin`
+folder, or an .npz): they then take this row's place, read in this model's
+output order (`output_layout`), which is the order msame writes them in.
+"""
+from __future__ import annotations
+
+from bridge.ascend.origins import DEFAULT_OPSET
+from bridge.parity.onnx_base import OnnxRuntime, ort_executor
+from bridge.parity.runtime import canonical_names
+from bridge.parity.runtimes.ort import plugin_session
+
+
+class GE(OnnxRuntime):
+    name = "ge"
+    description = (f"GE-bound model.onnx (ATC opset {DEFAULT_OPSET}, static shapes, no functions) on onnxruntime, "
+                   f"native kernels")
+    order = 70
+    model_key = "onnx-ge"
+
+    def onnx_model(self, source):
+        model = source.onnx_ge()
+        note = getattr(source, "ge_opset_note", "")
+        if note:
+            self.description = self.description.replace(f"ATC opset {DEFAULT_OPSET}", f"ATC {note}")
+        return model
+
+    def executor(self, model):
+        return ort_executor(plugin_session(model, "all"))
+
+    def output_layout(self, source):
+        own = [o.name for o in source.onnx_ge().graph.output]
+        mapping = canonical_names(own, source.output_names)
+        if mapping is None:  # no name in common: the model's outputs are in the reference's order
+            return list(source.output_names), {}
+        return [mapping[o] for o in own if o in mapping], mapping
+
+
+RUNTIME = GE

@@ -1,0 +1,34 @@
+"""`ge-builtin`: the other Ascend plugin route. The ParseOpToGraphFn plugins
+expand each fused op into GE built-in operators; bridge.ascend.expand_builtin
+builds the same subgraph as standard ONNX from the GE-bound model (see
+`ge`), and plain onnxruntime runs it: no kernel library, no function bodies,
+so it checks the expansion itself against TF."""
+from __future__ import annotations
+
+import onnxruntime
+
+from bridge.parity.onnx_base import OnnxRuntime, ort_executor
+from bridge.parity.runtime import Unavailable
+
+
+class GEBuiltin(OnnxRuntime):
+    name = "ge-builtin"
+    description = "GE built-in-operator expansion (what ParseOpToGraphFn builds) on plain onnxruntime"
+    order = 71
+    model_key = "onnx-ge-builtin"
+
+    def onnx_model(self, source):
+        def build():
+            from bridge.ascend import expand_builtin
+            from bridge.ops import OpError
+            try:
+                return expand_builtin(source.onnx_ge())
+            except OpError as e:  # e.g. a float16 model: the expansion is float32 only
+                raise Unavailable(str(e)) from None
+        return source.cached(self.model_key, build, "expanding onto GE built-in operators")
+
+    def executor(self, model):
+        return ort_executor(onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"]))
+
+
+RUNTIME = GEBuiltin
