@@ -33,7 +33,8 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from bridge import cuda  # noqa: E402
+from _common import chosen  # noqa: E402
+from bridge import atomic, cuda  # noqa: E402
 from bridge.table import render  # noqa: E402
 
 LN_SHAPES = [(4, 128, 768), (32, 512, 1024), (16, 2048, 4096)]
@@ -223,9 +224,7 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="the first shape of each op only")
     p.add_argument("--only", default=",".join(BENCHES), help=f"comma-separated subset of {','.join(BENCHES)}")
     args = p.parse_args(argv)
-    unknown = [o for o in args.only.split(",") if o not in BENCHES]
-    if unknown:
-        p.error(f"unknown benchmark {unknown[0]!r}; choose from {', '.join(BENCHES)}")
+    names = chosen(p, args.only, list(BENCHES))
     ok, what = cuda.gpu_status()
     try:
         import torch
@@ -236,13 +235,11 @@ def main(argv=None) -> int:
         return 2
     k = cuda.harness()
     rows = []
-    for name in args.only.split(","):
+    for name in names:
         BENCHES[name](torch, k, rows, args)
     doc = json.dumps({"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "rows": rows}, indent=1)
     if args.json_out:
-        with open(args.json_out + ".tmp", "w") as f:
-            f.write(doc + "\n")
-        os.replace(args.json_out + ".tmp", args.json_out)
+        atomic.write_text(args.json_out, doc + "\n")
     if args.json:
         print(doc)
     else:

@@ -26,6 +26,8 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from _common import parse_config_or_exit  # noqa: E402
+
 
 def plain_tf2onnx(model, source, path, opset):
     """The baseline a user without bridge has: the unfused model straight through tf2onnx."""
@@ -67,10 +69,7 @@ def main(argv=None) -> int:
 
     from bridge import modelsource
     from bridge.table import render
-    config = {}
-    for item in args.config:
-        k, _, v = item.partition("=")
-        config[k] = json.loads(v)
+    config = parse_config_or_exit(p, args.config)
     config["input_size"] = args.input_size
     t0 = time.perf_counter()
     source = modelsource.resolve(args.model, seed=0, config=config)

@@ -24,10 +24,9 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2  # noqa: E402
 
+from _common import alternating_medians, chosen, freeze, target_note  # noqa: E402
 from bridge import models  # noqa: E402
 from bridge.converters import fuse  # noqa: E402
 from bridge.table import render  # noqa: E402
@@ -55,8 +54,7 @@ def _function(model, feeds):
     def call(*xs):
         return model(list(xs) if len(xs) > 1 else xs[0], training=False)
     fn = tf.function(call, autograph=False)
-    concrete = fn.get_concrete_function(*specs)
-    frozen = convert_variables_to_constants_v2(concrete)
+    frozen = freeze(fn, *specs)
     args = [tf.constant(feeds[n]) for n in names]
     return (lambda: fn(*args)), (lambda: frozen(*args))
 
@@ -77,23 +75,6 @@ def _contenders(unfused, fused, x):
     return out
 
 
-def _medians(fns, repeat, budget_s):
-    """Median seconds per contender: one warm-up call each, then rounds in which
-    every contender runs once, until `repeat` rounds or the time budget."""
-    for fn in fns.values():
-        fn()
-    times = {k: [] for k in fns}
-    start = time.perf_counter()
-    for r in range(repeat):
-        for k, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            times[k].append(time.perf_counter() - t0)
-        if r >= 2 and time.perf_counter() - start > budget_s:
-            break
-    return {k: float(np.median(v)) for k, v in times.items()}, len(times[next(iter(times))])
-
-
 def run_case(case, repeat, width, bert_layers, budget_s):
     name, size = CASES[case]
     config = dict(width=width) if name == "yolov3" else dict(layers=bert_layers, **BERT_BASE)
@@ -102,7 +83,7 @@ def run_case(case, repeat, width, bert_layers, budget_s):
     fused, report = fuse(unfused)
     built = time.perf_counter() - t0
     x = models.sample_inputs(unfused, batch=1)
-    times, rounds = _medians(_contenders(unfused, fused, x), repeat, budget_s)
+    times, rounds = alternating_medians(_contenders(unfused, fused, x), repeat, budget_s=budget_s)
     rows = []
     for mode in ("eager", "function", "frozen"):
         ours = times[("fused", "eager" if mode == "eager" else "function")]
@@ -113,7 +94,7 @@ def run_case(case, repeat, width, bert_layers, budget_s):
             "model": case, "unfused": mode, "unfused_ms": base * 1e3,
             "fused": "eager" if mode == "eager" else "function", "fused_ms": ours * 1e3,
             "fused_frozen_ms": times[("fused", "frozen")] * 1e3, "ratio": ratio,
-            "target": "" if target is None else f">= {target:g}: " + ("met" if ratio >= target else "NOT met"),
+            "target": target_note(ratio, target),
             "rounds": rounds, "fused_blocks": report.total_fused,
             "config": {k: v for k, v in config.items()}, "build_and_fuse_s": built,
         })
@@ -129,10 +110,7 @@ def main(argv=None):
     p.add_argument("--bert-layers", type=int, default=4)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = p.parse_args(argv)
-    cases = [c.strip() for c in args.only.split(",") if c.strip()]
-    bad = [c for c in cases if c not in CASES]
-    if bad:
-        p.error(f"unknown case(s) {bad}; known: {list(CASES)}")
+    cases = chosen(p, args.only, list(CASES))
     rows = []
     for case in cases:
         rows += run_case(case, args.repeat, args.width, args.bert_layers, args.budget)

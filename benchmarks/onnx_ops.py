@@ -19,12 +19,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 
 import numpy as np
 import onnx
 from onnx import helper
 
+from _common import alternating_medians
 from bridge import onnx_plugins
 from bridge.onnx_plugins.one_op import one_op_model
 from bridge.table import render
@@ -80,16 +80,9 @@ def _decode_cases(rng, quick):
 
 def measure(roads, feeds, threads, repeat, warmup=3):
     sessions = {name: onnx_plugins.session(model, kernels=k, threads=threads) for name, (model, k) in roads.items()}
-    times = {name: [] for name in sessions}
-    for _ in range(warmup):
-        for s in sessions.values():
-            s.run(None, feeds)
-    for _ in range(repeat):
-        for name, s in sessions.items():
-            t0 = time.perf_counter()
-            s.run(None, feeds)
-            times[name].append(time.perf_counter() - t0)
-    return {name: float(np.median(t)) * 1e3 for name, t in times.items()}
+    seconds, _ = alternating_medians({name: (lambda s=s: s.run(None, feeds)) for name, s in sessions.items()},
+                                     repeat, warmup=warmup)
+    return {name: t * 1e3 for name, t in seconds.items()}
 
 
 def main(argv=None) -> int:

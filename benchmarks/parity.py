@@ -20,6 +20,8 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from _common import parse_config_or_exit  # noqa: E402
+
 MODES = {"outputs": False, "per-layer": True}
 
 
@@ -89,13 +91,7 @@ def main(argv=None) -> int:
         return 0
 
     from bridge.table import render
-    config = {}
-    for item in args.config:
-        k, _, v = item.partition("=")
-        try:
-            config[k] = json.loads(v)
-        except ValueError:
-            config[k] = v
+    config = parse_config_or_exit(p, args.config)
     if args.model == "yolov3" and "input_size" not in config:
         config["input_size"] = 416
     out = {"model": args.model, "config": config, "cpus": os.cpu_count(), "runs": {}}

@@ -24,15 +24,14 @@ import json
 import os
 import sys
 import threading
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from tensorflow.python.framework import op_def_registry  # noqa: E402
-from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2  # noqa: E402
 
+from _common import chosen, freeze, median_pair, target_note  # noqa: E402
 from bridge import ops as specs  # noqa: E402
 from bridge import tf_ops  # noqa: E402
 from bridge.table import render  # noqa: E402
@@ -46,24 +45,11 @@ TARGETS = {
 }
 
 
-def _median_pair(ours, base, repeat):
-    """Median seconds of two callables, timed in alternating rounds after a warm-up."""
-    ours(), base()
-    t_ours, t_base = [], []
-    for _ in range(repeat):
-        for fn, out in ((ours, t_ours), (base, t_base)):
-            t0 = time.perf_counter()
-            fn()
-            out.append(time.perf_counter() - t0)
-    return float(np.median(t_ours)), float(np.median(t_base))
-
-
 def _row(op, shape, mode, versus, t_ours, t_base, note=""):
     ratio = t_base / t_ours
     target = TARGETS.get((op, shape, mode, versus))
-    met = "" if target is None else (f">= {target:g}: " + ("met" if ratio >= target else "NOT met"))
     return {"op": op, "shape": shape, "mode": mode, "versus": versus, "ours_ms": t_ours * 1e3,
-            "baseline_ms": t_base * 1e3, "ratio": ratio, "target": met, "note": note}
+            "baseline_ms": t_base * 1e3, "ratio": ratio, "target": target_note(ratio, target), "note": note}
 
 
 def _label(shape):
@@ -99,11 +85,11 @@ def _copy_rows(label, ours, x, repeat):
     deep_copy = tf.function(lambda t: tf.raw_ops.DeepCopy(x=t))
     moved = 2 * src.nbytes  # x read once, y written once
     rows = []
-    t1 = _median_pair(lambda: ours(x), numpy_one, repeat)
-    t2 = _median_pair(lambda: ours(x), numpy_two, repeat)
+    t1 = median_pair(lambda: ours(x), numpy_one, repeat)
+    t2 = median_pair(lambda: ours(x), numpy_two, repeat)
     t_ours, t_copy = min(t1[0], t2[0]), min(t1[1], t2[1])
     for versus, (t_ours, t_copy) in (("memory copy", (t_ours, t_copy)),
-                                     ("tf DeepCopy", _median_pair(lambda: ours(x), lambda: deep_copy(x), repeat))):
+                                     ("tf DeepCopy", median_pair(lambda: ours(x), lambda: deep_copy(x), repeat))):
         rows.append(_row("FusedLayerNorm", label, "function", versus, t_ours, t_copy,
                          f"{moved / t_ours / 1e9:.1f} GB/s vs {moved / t_copy / 1e9:.1f} GB/s"))
     return rows
@@ -133,7 +119,7 @@ def bench_layer_norm(rng, repeat, quick):
             wrap = (lambda f: f) if mode == "eager" else tf.function
             ours = wrap(fused)
             for versus, base in (("native composition", wrap(native)), ("Keras LayerNormalization", wrap(keras))):
-                rows.append(_row("FusedLayerNorm", label, mode, versus, *_median_pair(lambda: ours(x), lambda: base(x),
+                rows.append(_row("FusedLayerNorm", label, mode, versus, *median_pair(lambda: ours(x), lambda: base(x),
                                                                                       repeat)))
             if mode == "function":
                 rows.extend(_copy_rows(label, ours, x, repeat))
@@ -200,12 +186,12 @@ def bench_conv(rng, repeat, quick):
         got, want = fused(x).numpy(), base(x).numpy()
         assert np.max(np.abs(got - want) / np.maximum(1, np.abs(want))) < 1e-3, "conv blocks disagree"
         spec_in = tf.TensorSpec(shape, tf.float32)
-        frozen = lambda f: convert_variables_to_constants_v2(tf.function(f).get_concrete_function(spec_in))
+        frozen = lambda f: freeze(tf.function(f), spec_in)
         for mode, ours, theirs in (("eager", fused, base),
                                    ("function", tf.function(fused), tf.function(base)),
                                    ("frozen", frozen(fused), frozen(base))):
             rows.append(_row("YoloConvBnLeaky", label, mode, "Conv2D+BatchNorm+LeakyReLU",
-                             *_median_pair(lambda: ours(x), lambda: theirs(x), repeat)))
+                             *median_pair(lambda: ours(x), lambda: theirs(x), repeat)))
     return rows
 
 
@@ -221,12 +207,12 @@ def bench_decode(rng, repeat, quick):
         comp = lambda r: tf_ops.composite.yolo_decode(r, **attrs)
         # What any tf.function with this signature costs per call, doing nothing.
         empty = tf.function(lambda r: (r, r, r))
-        t_call, _ = _median_pair(lambda: empty(raw), lambda: None, repeat)
+        t_call, _ = median_pair(lambda: empty(raw), lambda: None, repeat)
         for mode in ("eager", "function"):
             wrap = (lambda f: f) if mode == "eager" else tf.function
             ours, base = wrap(fused), wrap(comp)
             rows.append(_row("YoloDecode", f"1x{hw}x{hw}x255", mode, "composite",
-                             *_median_pair(lambda: ours(raw), lambda: base(raw), repeat),
+                             *median_pair(lambda: ours(raw), lambda: base(raw), repeat),
                              note="" if mode == "eager" else f"an empty tf.function call: {t_call * 1e3:.3f} ms"))
     return rows
 
@@ -241,12 +227,8 @@ def main(argv=None) -> int:
     p.add_argument("--only", default=",".join(BENCHES), help=f"comma-separated subset of {','.join(BENCHES)}")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
     args = p.parse_args(argv)
-    chosen = [b.strip() for b in args.only.split(",") if b.strip()]
-    unknown = [b for b in chosen if b not in BENCHES]
-    if unknown:
-        p.error(f"unknown benchmark {unknown[0]!r}; choose from {', '.join(BENCHES)}")
     rng = np.random.default_rng(0)
-    rows = [r for name in chosen for r in BENCHES[name](rng, args.repeat, args.quick)]
+    rows = [r for name in chosen(p, args.only, list(BENCHES)) for r in BENCHES[name](rng, args.repeat, args.quick)]
     if args.json:
         json.dump({"tensorflow": tf.__version__, "cpus": os.cpu_count(), "repeat": args.repeat,
                    "load_average": os.getloadavg(), "rows": rows},

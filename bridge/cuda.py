@@ -134,17 +134,18 @@ class _Cupy:
         return like.device
 
 
+def _package(a) -> str:
+    return type(a).__module__.split(".")[0]
+
+
 def _framework(a):
-    module = type(a).__module__.split(".")[0]
-    if module == "torch":
-        return _Torch()
-    if module == "cupy":
-        return _Cupy()
-    return None
+    frameworks = {"torch": _Torch, "cupy": _Cupy}
+    make = frameworks.get(_package(a))
+    return make() if make else None
 
 
 def _host_array(a) -> bool:
-    return type(a).__module__.split(".")[0] == "numpy"
+    return _package(a) == "numpy"
 
 
 def _prepare(spec, names: Sequence[str], arrays: Sequence):
@@ -185,6 +186,38 @@ def _numel(shape) -> int:
     for d in shape:
         n *= int(d)
     return n
+
+
+def _rows(shape) -> Tuple[int, int]:
+    """(rows, row length) of a layer-norm shape: normalised over the last axis."""
+    h = int(shape[-1])
+    return (_numel(shape) // h if h else 0), h
+
+
+class _Call:
+    """One op call: attributes resolved and arrays checked against the op's spec
+    (one framework, one CUDA device, one allowed dtype), arrays contiguous."""
+
+    def __init__(self, harness: "Harness", op: str, arrays: Sequence, attrs, names: Optional[Sequence[str]] = None):
+        self.harness = harness
+        self.spec = _specs.get(op)
+        self.attrs = self.spec.resolve(attrs)
+        names = names or tuple(a.name for a in self.spec.inputs)
+        self.fw, self.dtype, self.arrays = _prepare(self.spec, names, arrays)
+
+    def empty(self, shape):
+        """A new array of the inputs' kind, dtype and device."""
+        return self.fw.empty(shape, self.arrays[0])
+
+    def ptrs(self, *arrays):
+        return [self.fw.ptr(a) for a in arrays]
+
+    def launch(self, entry: str, *args) -> None:
+        """The C entry `entry` for the arrays' dtype, on their device, queued on
+        the framework's current stream (every entry's last argument)."""
+        like = self.arrays[0]
+        with self.fw.on_device(like):
+            self.harness._call(self.spec.name, entry, self.dtype, *args, self.fw.stream(like))
 
 
 # -- the library ---------------------------------------------------------------
@@ -252,35 +285,26 @@ class Harness:
 
     # -- FusedLayerNorm ----------------------------------------------------
     def fused_layer_norm(self, x, gamma, beta, **attrs):
-        spec = _specs.get("FusedLayerNorm")
-        attrs = spec.resolve(attrs)
-        fw, dtype, (x, gamma, beta) = _prepare(spec, ("x", "gamma", "beta"), (x, gamma, beta))
-        (shape,) = spec.infer_shapes(_shapes((x, gamma, beta)), **attrs)
-        y = fw.empty(shape, x)
-        h = shape[-1]
-        rows = _numel(shape) // h if h else 0
+        c = _Call(self, "FusedLayerNorm", (x, gamma, beta), attrs)
+        (shape,) = c.spec.infer_shapes(_shapes(c.arrays), **c.attrs)
+        y = c.empty(shape)
+        rows, h = _rows(shape)
         if rows:
-            with fw.on_device(x):
-                self._call(spec.name, "bridge_fused_layer_norm", dtype, fw.ptr(x), fw.ptr(gamma), fw.ptr(beta),
-                           fw.ptr(y), rows, h, attrs["epsilon"], fw.stream(x))
+            c.launch("bridge_fused_layer_norm", *c.ptrs(*c.arrays, y), rows, h, c.attrs["epsilon"])
         return y
 
     def fused_layer_norm_backward(self, dy, x, gamma, **attrs):
         """(dx, dgamma, dbeta) of FusedLayerNorm at x for the output gradient dy."""
-        spec = _specs.get("FusedLayerNorm")
-        attrs = spec.resolve(attrs)
-        fw, dtype, (dy, x, gamma) = _prepare(spec, ("dy", "x", "gamma"), (dy, x, gamma))
-        (shape,) = spec.infer_shapes([tuple(x.shape), tuple(gamma.shape), tuple(gamma.shape)], **attrs)
+        c = _Call(self, "FusedLayerNorm", (dy, x, gamma), attrs, names=("dy", "x", "gamma"))
+        dy, x, gamma = c.arrays
+        (shape,) = c.spec.infer_shapes([tuple(x.shape), tuple(gamma.shape), tuple(gamma.shape)], **c.attrs)
         if tuple(dy.shape) != tuple(shape):
-            raise OpError(spec.name, "dy", f"must have the shape of x {list(shape)}, got {list(dy.shape)}")
-        h = shape[-1]
-        rows = _numel(shape) // h if h else 0
-        dx, dgamma, dbeta = fw.empty(shape, x), fw.empty((h,), x), fw.empty((h,), x)
-        if h:
-            with fw.on_device(x):
-                self._call(spec.name, "bridge_fused_layer_norm_backward", dtype, fw.ptr(dy), fw.ptr(x),
-                           fw.ptr(gamma), fw.ptr(dx), fw.ptr(dgamma), fw.ptr(dbeta), rows, h, attrs["epsilon"],
-                           fw.stream(x))
+            raise OpError(c.spec.name, "dy", f"must have the shape of x {list(shape)}, got {list(dy.shape)}")
+        rows, h = _rows(shape)
+        dx, dgamma, dbeta = c.empty(shape), c.empty((h,)), c.empty((h,))
+        if h:  # no rows still leaves dgamma and dbeta (h values each) for the kernel to write
+            c.launch("bridge_fused_layer_norm_backward", *c.ptrs(dy, x, gamma, dx, dgamma, dbeta), rows, h,
+                     c.attrs["epsilon"])
         return dx, dgamma, dbeta
 
     # -- YoloConvBnLeaky ---------------------------------------------------
@@ -289,35 +313,27 @@ class Harness:
         """`allow_tf32`: float32 products in TF32 (faster; ~1e-3 relative error,
         outside ops.md's float32 tolerance). `bias_epilogue=False` adds the bias in
         the LeakyReLU pass instead of cuBLASLt's epilogue (the fallback road)."""
-        spec = _specs.get("YoloConvBnLeaky")
-        attrs = spec.resolve(attrs)
-        names = tuple(a.name for a in spec.inputs)
-        fw, dtype, arrays = _prepare(spec, names, (x, filter, conv_bias, bn_gamma, bn_beta, bn_mean, bn_variance))
-        geometry, out_shape = conv_geometry(_shapes(arrays), **attrs)
-        y = fw.empty(out_shape, arrays[0])
+        c = _Call(self, "YoloConvBnLeaky", (x, filter, conv_bias, bn_gamma, bn_beta, bn_mean, bn_variance), attrs)
+        geometry, out_shape = conv_geometry(_shapes(c.arrays), **c.attrs)
+        y = c.empty(out_shape)
         if _numel(out_shape):
             _preload_cublaslt()
             flags = (ALLOW_TF32 if allow_tf32 else 0) | (0 if bias_epilogue else NO_EPILOGUE)
             geom = (_i64 * len(geometry))(*geometry)
-            with fw.on_device(arrays[0]):
-                self._call(spec.name, "bridge_yolo_conv_bn_leaky", dtype, *[fw.ptr(a) for a in arrays], fw.ptr(y),
-                           geom, attrs["epsilon"], attrs["alpha"], flags, fw.stream(arrays[0]))
+            c.launch("bridge_yolo_conv_bn_leaky", *c.ptrs(*c.arrays, y), geom, c.attrs["epsilon"], c.attrs["alpha"],
+                     flags)
         return y
 
     # -- YoloDecode --------------------------------------------------------
     def yolo_decode(self, raw, **attrs):
-        spec = _specs.get("YoloDecode")
-        attrs = spec.resolve(attrs)
-        fw, dtype, (raw,) = _prepare(spec, ("raw",), (raw,))
-        shapes = spec.infer_shapes(_shapes((raw,)), **attrs)
-        outs = [fw.empty(s, raw) for s in shapes]
-        anchors = [float(a) for a in attrs["anchors"]]
+        c = _Call(self, "YoloDecode", (raw,), attrs)
+        (raw,) = c.arrays
+        outs = [c.empty(s) for s in c.spec.infer_shapes(_shapes(c.arrays), **c.attrs)]
+        anchors = [float(a) for a in c.attrs["anchors"]]
         if _numel(raw.shape):
             n, h, w, _ = (int(d) for d in raw.shape)
-            with fw.on_device(raw):
-                self._call(spec.name, "bridge_yolo_decode", dtype, fw.ptr(raw), *[fw.ptr(o) for o in outs], n, h, w,
-                           (_f * len(anchors))(*anchors), len(anchors) // 2, attrs["num_classes"], attrs["stride"],
-                           attrs["scale_x_y"], fw.stream(raw))
+            c.launch("bridge_yolo_decode", *c.ptrs(raw, *outs), n, h, w, (_f * len(anchors))(*anchors),
+                     len(anchors) // 2, c.attrs["num_classes"], c.attrs["stride"], c.attrs["scale_x_y"])
         return tuple(outs)
 
 

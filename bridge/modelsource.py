@@ -3,14 +3,16 @@
     from bridge import modelsource
     src = modelsource.resolve("yolov3-tiny", input_shapes=["1,96,96,3"], batch=None, seed=0)
     src.kind            # "builtin" | "keras" | "savedmodel" | "onnx"
-    src.inputs          # [TensorInfo(name, shape with None for dynamic dims, dtype)]
+    src.inputs          # [TensorInfo(name, shape with None for dynamic dims, dtype, vocabulary bound)]
     src.output_names    # in the model's own order (Keras output names)
     src.model           # keras.Model / the loaded SavedModel object / onnx.ModelProto
     fn = src.function()             # tf.function(input_signature=src.signature()) -> {output name: tensor}
     feeds = src.sample_inputs(seed=0)   # {input name: ndarray}, dynamic dims filled in
 
 MODEL is a built-in name (bridge.models.names()), a `.keras` file, a SavedModel
-directory (its `serving_default` signature) or an `.onnx` file. `--input-shape`
+directory (its `serving_default` signature) or an `.onnx` file; `from_object`
+takes a model already in memory. `bridge parity` builds on the same resolution
+and the same inputs (bridge.parity.source, bridge.parity.inputs). `--input-shape`
 items are `NAME:D,D,...` with the FULL shape, batch included; `?` keeps a dim
 dynamic; a single item without NAME applies to the only input. `--batch N` fixes
 dim 0 of every input; without it the batch stays dynamic unless a shape fixes it.
@@ -31,7 +33,8 @@ Dims = Tuple[Optional[int], ...]
 
 
 class ModelSourceError(ValueError):
-    """A MODEL argument or an input shape that cannot be used; the message says why."""
+    """A MODEL argument, an input shape or input arrays that cannot be used; the
+    message says why."""
 
 
 @dataclass(frozen=True)
@@ -39,10 +42,67 @@ class TensorInfo:
     name: str
     shape: Dims                 # None: dynamic
     dtype: str                  # numpy name
+    high: Optional[int] = None  # integers: exclusive upper bound (the size of the embedding or table indexed)
+
+    def concrete(self, batch: int) -> Tuple[int, ...]:
+        """The shape for one run: a dynamic batch becomes `batch`; any other
+        dynamic dim is an error naming the --input-shape that fixes it."""
+        shape = list(self.shape)
+        if shape and shape[0] is None:
+            shape[0] = batch
+        if any(d is None for d in shape):
+            raise ModelSourceError(f"input {self.name} has unknown dims {_dims(self.shape)}: give them with "
+                                   f"--input-shape {self.name}:" + ",".join("D" if d is None else str(d) for d in shape))
+        return tuple(int(d) for d in shape)
 
 
 def _dims(shape) -> str:
     return "[" + ",".join("?" if d is None else str(d) for d in shape) + "]"
+
+
+# -- input data ------------------------------------------------------------
+def generate(infos: Sequence[TensorInfo], shapes: Mapping[str, Tuple[int, ...]], seed: int) -> Dict[str, np.ndarray]:
+    """Seeded data of each input's dtype and a sensible range: floats in (0, 1]
+    (never zero), integers within the vocabulary (`high`) or [0, 2) when
+    nothing says (masks, segment ids), booleans."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for info in infos:
+        shape = shapes[info.name]
+        dt = np.dtype(info.dtype)
+        if dt.kind == "f":
+            out[info.name] = (1.0 - rng.random(shape)).astype(dt)
+        elif dt.kind in "iu":
+            out[info.name] = rng.integers(0, info.high or 2, size=shape).astype(dt)
+        elif dt.kind == "b":
+            out[info.name] = rng.integers(0, 2, size=shape).astype(bool)
+        else:
+            raise ModelSourceError(f"input {info.name}: cannot generate data of dtype {dt.name}; give the arrays "
+                                   f"(bridge parity --load-inputs)")
+    return out
+
+
+def check(infos: Sequence[TensorInfo], arrays: Mapping[str, np.ndarray], origin: str) -> Dict[str, np.ndarray]:
+    """Inputs given from outside must name every model input with the right
+    rank and dtype kind (fixed dims must match); the dtype is then the model's."""
+    names = [i.name for i in infos]
+    missing = [n for n in names if n not in arrays]
+    if missing:
+        raise ModelSourceError(f"{origin}: no array for input {missing[0]!r}; it has {sorted(arrays)}, "
+                               f"the model needs {names}")
+    out = {}
+    for info in infos:
+        a = np.asarray(arrays[info.name])
+        if len(a.shape) != len(info.shape) or any(f is not None and f != d for f, d in zip(info.shape, a.shape)):
+            raise ModelSourceError(f"{origin}: input {info.name!r} has shape {list(a.shape)}, the model wants "
+                                   f"{_dims(info.shape)}")
+        if a.dtype != np.dtype(info.dtype):
+            if np.dtype(info.dtype).kind != a.dtype.kind:
+                raise ModelSourceError(f"{origin}: input {info.name!r} has dtype {a.dtype.name}, the model wants "
+                                       f"{info.dtype}")
+            a = a.astype(info.dtype)
+        out[info.name] = a
+    return out
 
 
 # -- --input-shape ---------------------------------------------------------
@@ -159,48 +219,38 @@ class ModelSource:
                 return dict(zip(names, out))
         return tf.function(call, input_signature=self.signature(), autograph=False)
 
+    @property
+    def serving_signature(self):
+        """A SavedModel's `serving_default` signature, where its inputs and
+        outputs were read from; None for other kinds."""
+        return self._signature_fn
+
     def concrete_shapes(self, batch: int = 1) -> Dict[str, Tuple[int, ...]]:
-        """Input shapes for one run: a dynamic batch becomes `batch`; any other
-        dynamic dim is an error naming the --input-shape that fixes it."""
-        out = {}
-        for i in self.inputs:
-            shape = list(i.shape)
-            if shape and shape[0] is None:
-                shape[0] = batch
-            if any(d is None for d in shape):
-                raise ModelSourceError(f"input {i.name!r} has dynamic dims {_dims(i.shape)}: fix them with --input-shape "
-                                       f"{i.name}:" + ",".join("D" if d is None else str(d) for d in shape))
-            out[i.name] = tuple(shape)
-        return out
+        """Input shapes for one run (see TensorInfo.concrete)."""
+        return {i.name: i.concrete(batch) for i in self.inputs}
 
     def sample_inputs(self, batch: int = 1, seed: int = 0) -> Dict[str, np.ndarray]:
-        """Random realistic inputs: the built-in models' own sampler where it fits
-        (token ids within the vocabulary), else floats in (0, 1] and small integers."""
+        """Seeded realistic inputs: a built-in model's own sampler when its shapes
+        fit (images, token ids and masks), else `generate`."""
         shapes = self.concrete_shapes(batch)
-        if self.is_keras:
-            try:
-                from bridge import models
-                got = models.sample_inputs(self.model, batch=batch, seed=seed)
-                if not isinstance(got, Mapping):
-                    got = dict(zip([i.name for i in self.inputs], got if isinstance(got, (list, tuple)) else [got]))
-                got = {k: np.asarray(v) for k, v in got.items()}
-                if {k: v.shape for k, v in got.items()} == shapes:
-                    return got
-            except Exception:  # a model the sampler does not know: the generic one below
-                pass
-        rng = np.random.default_rng(seed)
-        out = {}
-        for i in self.inputs:
-            dt = np.dtype(i.dtype)
-            if dt.kind == "f":
-                out[i.name] = (1.0 - rng.random(shapes[i.name])).astype(dt)  # (0, 1]: never zero
-            elif dt.kind in "iu":
-                out[i.name] = rng.integers(0, 2, shapes[i.name]).astype(dt)
-            elif dt.kind == "b":
-                out[i.name] = rng.integers(0, 2, shapes[i.name]).astype(bool)
-            else:
-                raise ModelSourceError(f"input {i.name!r}: cannot generate data of dtype {i.dtype}")
-        return out
+        if self.kind == "builtin":
+            got = _builtin_sample(self.model, [i.name for i in self.inputs], batch, seed)
+            if got is not None and {k: v.shape for k, v in got.items()} == shapes:
+                return check(self.inputs, got, f"bridge.models.sample_inputs({self.name!r})")
+        return generate(self.inputs, shapes, seed)
+
+
+def _builtin_sample(model, names: Sequence[str], batch: int, seed: int) -> Optional[Dict[str, np.ndarray]]:
+    """bridge.models' sampler as {input name: array}; None without bridge.models."""
+    try:
+        from bridge import models
+        fn = models.sample_inputs
+    except (ImportError, AttributeError):
+        return None
+    got = fn(model, batch=batch, seed=seed)
+    if not isinstance(got, Mapping):
+        got = dict(zip(names, got if isinstance(got, (list, tuple)) else [got]))
+    return {k: np.asarray(v) for k, v in got.items()}
 
 
 # -- resolving the MODEL argument -------------------------------------------
@@ -242,17 +292,20 @@ def resolve(arg: str, input_shapes=None, batch: Optional[int] = None, seed: int 
 
 
 def from_object(obj, input_shapes=None, batch: Optional[int] = None) -> ModelSource:
-    """A model already in memory: a Keras model or a loaded SavedModel object."""
+    """A model already in memory: a Keras model, a loaded SavedModel object or an
+    onnx.ModelProto."""
     shapes = parse_input_shapes(input_shapes)
-    if hasattr(obj, "inputs") and hasattr(obj, "outputs") and callable(obj):
+    if type(obj).__name__ == "ModelProto":  # not isinstance: onnx need not be imported
+        src = _onnx_model(obj, obj.graph.name or "onnx model")
+    elif hasattr(obj, "inputs") and hasattr(obj, "outputs") and callable(obj):
         inputs, outputs = _keras_infos(obj)
         src = ModelSource(arg=getattr(obj, "name", "model"), kind="keras", name=getattr(obj, "name", "model"),
                           model=obj, inputs=inputs, output_names=outputs)
     elif "serving_default" in getattr(obj, "signatures", {}):
         src = _savedmodel_object(obj, getattr(obj, "name", "savedmodel"))
     else:
-        raise ModelSourceError(f"cannot use {type(obj).__name__} as a model: expected a Keras model or a loaded "
-                               f"SavedModel with a serving_default signature")
+        raise ModelSourceError(f"cannot use {type(obj).__name__} as a model: expected a Keras model, a loaded "
+                               f"SavedModel with a serving_default signature or an onnx.ModelProto")
     src.inputs = apply_shapes(src.inputs, shapes, batch)
     return src
 
@@ -263,11 +316,29 @@ def _must_exist(arg, path):
 
 
 def _keras_infos(model) -> Tuple[List[TensorInfo], List[str]]:
-    inputs = [TensorInfo(t.name, tuple(None if d is None else int(d) for d in t.shape), np.dtype(t.dtype).name)
+    vocab = _embedding_sizes(model)
+    inputs = [TensorInfo(t.name, tuple(None if d is None else int(d) for d in t.shape), np.dtype(t.dtype).name,
+                         vocab.get(id(t)))
               for t in model.inputs]
     outputs = _dict_output_keys(model) or list(getattr(model, "output_names", None) or
                                                 [getattr(t, "name", f"output_{i}") for i, t in enumerate(model.outputs)])
     return inputs, outputs
+
+
+def _embedding_sizes(model) -> Dict[int, int]:
+    """id(input tensor) -> vocabulary size of the Embedding it feeds directly."""
+    sizes: Dict[int, int] = {}
+    ids = {id(t) for t in model.inputs}
+    for layer in model.layers:
+        if type(layer).__name__ != "Embedding":
+            continue
+        try:
+            src = layer.input
+        except Exception:
+            continue
+        if id(src) in ids:
+            sizes[id(src)] = min(sizes.get(id(src), layer.input_dim), layer.input_dim)
+    return sizes
 
 
 def _dict_output_keys(model) -> Optional[List[str]]:
@@ -366,16 +437,29 @@ def _onnx_file(path) -> ModelSource:
         model = onnx.load(path, load_external_data=False)
     except Exception as e:
         raise ModelSourceError(f"cannot read the ONNX file {path}: {type(e).__name__}: {e}") from None
-    init = {t.name for t in model.graph.initializer}
+    src = _onnx_model(model, _stem(path))
+    src.arg, src.path = path, path
+    return src
+
+
+def _onnx_model(model, name) -> ModelSource:
+    from onnx import helper
+    init = {t.name: t for t in model.graph.initializer}
+    vocab = {}
+    for node in model.graph.node:  # an integer input used as Gather indices into a table
+        if node.op_type == "Gather" and len(node.input) == 2 and node.input[0] in init:
+            axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+            vocab[node.input[1]] = int(init[node.input[0]].dims[axis])
     inputs = []
     for v in model.graph.input:
         if v.name in init:
             continue
         t = v.type.tensor_type
         shape = tuple(d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim)
-        inputs.append(TensorInfo(v.name, shape, np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.elem_type)).name))
-    return ModelSource(arg=path, kind="onnx", name=_stem(path), model=model, inputs=inputs,
-                       output_names=[o.name for o in model.graph.output], path=path)
+        inputs.append(TensorInfo(v.name, shape, np.dtype(helper.tensor_dtype_to_np_dtype(t.elem_type)).name,
+                                 vocab.get(v.name)))
+    return ModelSource(arg=name, kind="onnx", name=name, model=model, inputs=inputs,
+                       output_names=[o.name for o in model.graph.output])
 
 
 def _stem(path) -> str:

@@ -21,11 +21,11 @@ from __future__ import annotations
 import os
 import shutil
 import stat
-import tempfile
 from typing import Dict, List, Optional
 
 import numpy as np
 
+from bridge import atomic
 from bridge.exporting import Check, ExportError, ExportResult, OptionError, quiet
 
 from .stages import compare_outputs, model_to_export, tf_outputs
@@ -146,11 +146,9 @@ Copy the folder of `.bin` files back and compare against TensorFlow on the same 
 
 
 def _write_tree(files: Dict[str, bytes], output: str) -> List[str]:
-    """Writes every file under a temporary sibling folder, then moves the entries
+    """Writes every file under a temporary folder inside `output`, then moves the entries
     into `output`: no half-written package on failure."""
-    os.makedirs(output, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".ge-export-", dir=output)
-    try:
+    with atomic.staging_folder(output, "ge-export") as tmp:
         for rel, data in files.items():
             full = os.path.join(tmp, rel)
             os.makedirs(os.path.dirname(full), exist_ok=True)
@@ -163,8 +161,6 @@ def _write_tree(files: Dict[str, bytes], output: str) -> List[str]:
             if os.path.isdir(dst) and not os.path.islink(dst):
                 shutil.rmtree(dst)
             os.replace(os.path.join(tmp, entry), dst)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return [os.path.join(output, rel) for rel in sorted(files)]
 
 

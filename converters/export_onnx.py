@@ -22,12 +22,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shutil
-import tempfile
 from typing import Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
+from bridge import atomic
 from bridge.exporting import Check, ExportError, ExportResult, OptionError, Progress, quiet
 
 from .stages import compare_outputs, fuse_model, model_to_export, tf_outputs
@@ -293,9 +292,7 @@ def save(model, path: str, external: bool = False, storage: Optional[Mapping[str
     import onnx
     path = os.path.abspath(path)
     folder = os.path.dirname(path)
-    os.makedirs(folder, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.", dir=folder)
-    try:
+    with atomic.staging_folder(folder, os.path.basename(path)) as tmp:
         files = [path]
         tmp_model = os.path.join(tmp, os.path.basename(path))
         if external:
@@ -312,8 +309,6 @@ def save(model, path: str, external: bool = False, storage: Optional[Mapping[str
         for name in sorted(os.listdir(tmp), key=lambda n: n == os.path.basename(path)):  # data first, model last
             os.replace(os.path.join(tmp, name), os.path.join(folder, name))
         return files
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 EXTERNAL_TENSOR_MIN_BYTES = 1024

@@ -26,11 +26,11 @@ import os
 import re
 import sys
 import tempfile
-from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
+from bridge import atomic
 from bridge import ops as specs
 from bridge.exporting import Check, ExportError, ExportResult, OptionError, Progress, quiet
 
@@ -284,23 +284,7 @@ def _error_code_name(err) -> str:
         return ""
 
 
-# -- writing and running -----------------------------------------------------------
-def write_atomic(data: bytes, output) -> str:
-    """Writes to a temporary file beside `output`, then renames: never a partial file."""
-    out = Path(output).resolve()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=str(out.parent))
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, out)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return str(out)
-
-
+# -- running ----------------------------------------------------------------------
 def run_tflite(data: bytes, feeds: Mapping[str, np.ndarray], delegates: bool = True) -> Dict[str, np.ndarray]:
     """Runs a TFLite file on ai_edge_litert through its signature (inputs resized
     to the feeds' shapes); {output name: array}. `delegates=False`: TFLite's own
@@ -340,7 +324,7 @@ def export(source, output: str, *, mode: Optional[str] = None, quantize: Optiona
     model = model_to_export(source, fuse, progress, summary, details)
     with progress.stage("converting"):
         data = convert_function(source.function(model if source.is_keras else None), mode, quantize, verbose)
-    path = write_atomic(data, output)
+    path = atomic.write_bytes(output, data)
     from bridge.tflite_inspect import inspect_tflite
     info = inspect_tflite(data)
     custom: Dict[str, List[dict]] = {}

@@ -264,3 +264,36 @@ def test_input_shape_parsing():
         modelsource.parse_input_shapes(["a:1", "a:2"])
     with pytest.raises(modelsource.ModelSourceError, match="non-negative"):
         modelsource.parse_input_shapes(["a:1,-3"])
+
+
+def test_inputs_carry_the_vocabulary_and_generated_data_stays_in_range():
+    """One input description for `bridge export` and `bridge parity`: ids within the
+    embedding's vocabulary, floats in (0, 1], the shapes a run needs."""
+    import keras
+    from onnx import TensorProto, helper
+    ids = keras.Input((None,), dtype="int32", name="ids")
+    image = keras.Input((3, 5, 2), name="image")
+    pooled = keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(37, 4)(ids))
+    model = keras.Model([ids, image], [pooled, keras.layers.Flatten()(image)])
+    src = modelsource.from_object(model, input_shapes=["ids:?,9"])
+    assert [(i.name, i.high) for i in src.inputs] == [("ids", 37), ("image", None)]
+    assert src.concrete_shapes(batch=3) == {"ids": (3, 9), "image": (3, 3, 5, 2)}
+    feeds = src.sample_inputs(batch=200, seed=1)
+    assert feeds["ids"].dtype == np.int32 and feeds["ids"].min() == 0 and feeds["ids"].max() == 36
+    x = feeds["image"]
+    assert x.dtype == np.float32 and x.shape == (200, 3, 5, 2) and 0 < x.min() and x.max() <= 1
+    np.testing.assert_array_equal(x, src.sample_inputs(batch=200, seed=1)["image"])
+    assert not np.array_equal(x, src.sample_inputs(batch=200, seed=2)["image"])
+    with pytest.raises(modelsource.ModelSourceError,
+                       match=r"input ids has unknown dims \[\?,\?\]: give them with --input-shape ids:1,D"):
+        modelsource.from_object(model).concrete_shapes()
+    # an onnx.ModelProto in memory: Gather indices into a table are ids below its length
+    table = helper.make_tensor("table", TensorProto.FLOAT, [11, 2], np.ones(22, np.float32))
+    graph = helper.make_graph([helper.make_node("Gather", ["table", "ids"], ["y"])], "g",
+                              [helper.make_tensor_value_info("ids", TensorProto.INT64, ["N", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, 2])], [table])
+    src = modelsource.from_object(helper.make_model(graph))
+    assert (src.kind, src.name, src.output_names) == ("onnx", "g", ["y"])
+    assert src.inputs == [modelsource.TensorInfo("ids", (None, 4), "int64", 11)]
+    with pytest.raises(modelsource.ModelSourceError, match="expected a Keras model, a loaded SavedModel"):
+        modelsource.from_object(object())

@@ -3,11 +3,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 import time
 
+from bridge import atomic
 from bridge.commands._options import parse_config
 
 NAME = "parity"
@@ -85,11 +84,7 @@ def _write_json(path, data):
     if path == "-":
         print(text)
         return
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(suffix=".json", dir=folder)
-    with os.fdopen(fd, "w") as f:
-        f.write(text + "\n")
-    os.replace(tmp, path)
+    atomic.write_text(path, text + "\n")
 
 
 def run(args) -> int:

@@ -1,19 +1,22 @@
 """What every ONNX-executing adapter shares: which model, feeding inputs by name,
-and per-layer reads (the mapped tensors added as graph outputs, one execution).
+running it on onnxruntime, and per-layer reads (the mapped tensors added as
+graph outputs, one execution).
 
-An adapter subclasses `OnnxRuntime` and supplies `onnx_model(source)` and
-`executor(model) -> callable(feeds, output_names) -> list of arrays`.
+An adapter subclasses `OnnxRuntime` and says what differs: `model_key` (the
+source's ONNX form it runs: "onnx-custom" runs `source.onnx_custom()`) and
+`kernels` (bridge's kernel library or none); or it overrides `onnx_model(source)`
+and `executor(model) -> callable(feeds, output_names) -> list of arrays`.
 """
 from __future__ import annotations
 
 import os
 import zlib
-from typing import Callable, Dict, List, Mapping, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
 from bridge.parity import onnx_graph
-from bridge.parity.runtime import Arrays, Runtime
+from bridge.parity.runtime import Arrays, Runtime, Unavailable
 
 Executor = Callable[[Dict[str, np.ndarray], List[str]], List[np.ndarray]]
 
@@ -25,13 +28,24 @@ class OnnxRuntime(Runtime):
     # that runs the same model (no re-serialising 250 MB per session); without,
     # as the ModelProto.
     model_key: str = ""
+    # The session: through bridge.onnx_plugins with "all" its native kernels or
+    # "none" (schemas only: onnxruntime inlines the model-local functions);
+    # None: plain onnxruntime, nothing of bridge's.
+    kernels: Optional[str] = None
 
-    def onnx_model(self, source):  # pragma: no cover - abstract
-        raise NotImplementedError
+    def onnx_model(self, source):
+        """The source's ONNX form named by `model_key` ("onnx-ge": source.onnx_ge())."""
+        return getattr(source, self.model_key.replace("-", "_"))()
 
-    def executor(self, model) -> Executor:  # pragma: no cover - abstract
+    def executor(self, model) -> Executor:
         """`model`: a file path when `model_key` is set, else a ModelProto."""
-        raise NotImplementedError
+        if self.kernels is not None:
+            return ort_executor(plugin_session(model, self.kernels))
+        try:
+            import onnxruntime
+        except ImportError as e:
+            raise Unavailable(f"onnxruntime is not installed ({e})") from None
+        return ort_executor(onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"]))
 
     def prepare(self, source) -> None:
         super().prepare(source)
@@ -146,6 +160,21 @@ def fused_aliases(fused, report, original) -> Dict[str, str]:
             if last in names:
                 out[layer.name] = last
     return out
+
+
+def plugin_session(model, kernels):
+    """An onnxruntime session through bridge.onnx_plugins (schemas, library);
+    `model`: a ModelProto or a file."""
+    try:
+        from bridge import onnx_plugins
+        make = onnx_plugins.session
+    except (ImportError, AttributeError) as e:
+        raise Unavailable(f"bridge.onnx_plugins.session is not available ({e})") from None
+    from bridge.native import BuildError
+    try:
+        return make(model, kernels=kernels)
+    except BuildError as e:  # no compiler / headers here: say so in the table
+        raise Unavailable(f"the onnxruntime kernel library does not build here: {str(e).splitlines()[0]}") from None
 
 
 def ort_executor(session) -> Executor:

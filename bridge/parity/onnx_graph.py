@@ -11,11 +11,12 @@ compared. The transpose optimiser may leave a tensor in NCHW where TF has NHWC:
 """
 from __future__ import annotations
 
-import os
 from collections import Counter
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
+
+from bridge import atomic
 
 _SUFFIXES = ("", "_1", "_2", "_3", "_4")
 
@@ -101,10 +102,7 @@ def save_with_outputs(model, names: Sequence[str], path: str) -> None:
         data = model.SerializeToString()
     finally:
         del graph_outputs[before:]
-    tmp = path + ".part"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    atomic.write_bytes(path, data)
 
 
 def align(got: np.ndarray, ref: np.ndarray) -> List[np.ndarray]:

@@ -1,12 +1,13 @@
 """Running TensorFlow models for parity: Keras models (with every layer output
-exposed in one execution for per-layer mode) and SavedModel signatures."""
+exposed in one execution for per-layer mode) and SavedModel signatures, and
+`TFRuntime`, the adapter base that runs one of them."""
 from __future__ import annotations
 
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from bridge.parity.runtime import Arrays
+from bridge.parity.runtime import Arrays, Runtime
 from bridge.parity.source import keras_layer_outputs
 
 
@@ -62,9 +63,8 @@ class KerasRunner:
 
 class SignatureRunner:
     def __init__(self, source):
-        from bridge.parity.source import _signature
         self.source = source
-        self.fn = _signature(source.saved_model())
+        self.fn = source.serving_signature()
 
     def run(self, inputs) -> Arrays:
         import tensorflow as tf
@@ -76,3 +76,25 @@ class SignatureRunner:
 
     def run_with_intermediates(self, inputs, names):
         return self.run(inputs), {}
+
+
+class TFRuntime(Runtime):
+    """An adapter that runs a TensorFlow model through a runner above; a
+    subclass says which in `runner(source)`."""
+    kinds = ("keras", "savedmodel")
+
+    def runner(self, source):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def prepare(self, source):
+        super().prepare(source)
+        self._runner = self.runner(source)
+
+    def run(self, inputs):
+        return self._runner.run(inputs)
+
+    def layer_names(self):
+        return self._runner.layer_names()
+
+    def run_with_intermediates(self, inputs, names):
+        return self._runner.run_with_intermediates(inputs, names)

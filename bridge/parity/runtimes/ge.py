@@ -12,9 +12,8 @@ output order (`output_layout`), which is the order msame writes them in.
 from __future__ import annotations
 
 from bridge.ascend.origins import DEFAULT_OPSET
-from bridge.parity.onnx_base import OnnxRuntime, ort_executor
+from bridge.parity.onnx_base import OnnxRuntime
 from bridge.parity.runtime import canonical_names
-from bridge.parity.runtimes.ort import plugin_session
 
 
 class GE(OnnxRuntime):
@@ -23,16 +22,14 @@ class GE(OnnxRuntime):
                    f"native kernels")
     order = 70
     model_key = "onnx-ge"
+    kernels = "all"
 
     def onnx_model(self, source):
-        model = source.onnx_ge()
+        model = super().onnx_model(source)
         note = getattr(source, "ge_opset_note", "")
         if note:
             self.description = self.description.replace(f"ATC opset {DEFAULT_OPSET}", f"ATC {note}")
         return model
-
-    def executor(self, model):
-        return ort_executor(plugin_session(model, "all"))
 
     def output_layout(self, source):
         own = [o.name for o in source.onnx_ge().graph.output]

@@ -5,9 +5,7 @@ builds the same subgraph as standard ONNX from the GE-bound model (see
 so it checks the expansion itself against TF."""
 from __future__ import annotations
 
-import onnxruntime
-
-from bridge.parity.onnx_base import OnnxRuntime, ort_executor
+from bridge.parity.onnx_base import OnnxRuntime
 from bridge.parity.runtime import Unavailable
 
 
@@ -15,7 +13,7 @@ class GEBuiltin(OnnxRuntime):
     name = "ge-builtin"
     description = "GE built-in-operator expansion (what ParseOpToGraphFn builds) on plain onnxruntime"
     order = 71
-    model_key = "onnx-ge-builtin"
+    model_key = "onnx-ge-builtin"   # plain onnxruntime: no kernels
 
     def onnx_model(self, source):
         def build():
@@ -26,9 +24,6 @@ class GEBuiltin(OnnxRuntime):
             except OpError as e:  # e.g. a float16 model: the expansion is float32 only
                 raise Unavailable(str(e)) from None
         return source.cached(self.model_key, build, "expanding onto GE built-in operators")
-
-    def executor(self, model):
-        return ort_executor(onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"]))
 
 
 RUNTIME = GEBuiltin

@@ -59,11 +59,7 @@ def _model_of(source):
         except Unavailable:
             model = source.keras_model()
     elif source.kind == "savedmodel":
-        obj = source.saved_model()
-        sigs = getattr(obj, "signatures", None) or {}
-        if not sigs:
-            raise Unavailable("the SavedModel has no signature to export")
-        model = sigs["serving_default"] if "serving_default" in sigs else next(iter(sigs.values()))
+        model = source.serving_signature()
     else:
         raise Unavailable(f"TFLite exports TensorFlow models, not {source.kind}")
     return model, list(source.inputs), list(source.output_names)
@@ -93,6 +89,19 @@ class TFLite(Runtime):
         # file's (a dynamic batch exports as 1) before it allocates.
         own = self.runner(**{k: np.ascontiguousarray(v) for k, v in inputs.items()})
         return self.outputs_by_name(own, self.output_order)
+
+
+class QuantizedTFLite(TFLite):
+    """A post-training-quantised variant (a subclass sets `quantize`): opt-in,
+    since each is one more conversion, and judged by the bound the exporter
+    states for its quantisation instead of the float32 default."""
+    default = False
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        from bridge.converters.export_tflite import QUANTIZE_BOUND
+        bound = QUANTIZE_BOUND[cls.quantize]
+        cls.tolerance = (bound, bound)  # (atol, rtol) for every float output
 
 
 RUNTIME = TFLite

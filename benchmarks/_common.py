@@ -1,0 +1,75 @@
+"""What the benchmark scripts share: timing contenders in alternating rounds,
+freezing a tf.function, the target column, and --config items. Imported as
+`_common` by scripts run as `python benchmarks/x.py` (their folder is then on
+sys.path); imports neither TensorFlow nor onnxruntime itself.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable, Dict, Hashable, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+
+def alternating_medians(fns: Mapping[Hashable, Callable[[], object]], repeat: int, warmup: int = 1,
+                        budget_s: Optional[float] = None) -> Tuple[Dict[Hashable, float], int]:
+    """({key: median seconds per call}, rounds run). `warmup` untimed rounds
+    first; then each round calls every contender once, in turn, so drift on a
+    shared machine hits all alike. With `budget_s`, rounds stop once that many
+    seconds have passed (after at least three)."""
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    times: Dict[Hashable, list] = {k: [] for k in fns}
+    start = time.perf_counter()
+    rounds = 0
+    for rounds in range(1, repeat + 1):
+        for k, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[k].append(time.perf_counter() - t0)
+        if budget_s is not None and rounds >= 3 and time.perf_counter() - start > budget_s:
+            break
+    return {k: float(np.median(v)) for k, v in times.items()}, rounds
+
+
+def median_pair(ours: Callable[[], object], base: Callable[[], object], repeat: int) -> Tuple[float, float]:
+    """Median seconds of two callables, timed in alternating rounds after a warm-up."""
+    medians, _ = alternating_medians({"ours": ours, "base": base}, repeat)
+    return medians["ours"], medians["base"]
+
+
+def freeze(fn, *specs):
+    """The concrete function of the tf.function `fn` for `specs` with its
+    variables turned into constants: what lets grappler/oneDNN fuse
+    Conv+BiasAdd+LeakyRelu."""
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+    return convert_variables_to_constants_v2(fn.get_concrete_function(*specs))
+
+
+def target_note(ratio: float, target: Optional[float]) -> str:
+    """The 'target' column: empty where none is set."""
+    if target is None:
+        return ""
+    return f">= {target:g}: " + ("met" if ratio >= target else "NOT met")
+
+
+def parse_config_or_exit(parser, items: Sequence[str]) -> dict:
+    """--config KEY=VALUE items as `bridge --config` reads them; a bad item
+    ends the script through `parser.error` (exit 2)."""
+    from bridge.cli import UsageError
+    from bridge.commands._options import parse_config
+    try:
+        return parse_config(items)
+    except UsageError as e:
+        parser.error(str(e))
+
+
+def chosen(parser, text: str, known: Sequence[str]) -> list:
+    """The comma-separated names given to --only, each one of `known`; an
+    unknown one ends the script through `parser.error` (exit 2)."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        parser.error(f"--only: unknown {unknown[0]!r}; choose from {', '.join(known)}")
+    return names
