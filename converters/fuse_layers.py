@@ -50,6 +50,11 @@ class _Fused(keras.layers.Layer):
         return {**super().get_config(), "replaces": list(self.replaces)}
 
 
+class _EagerKernel:
+    def __init__(self, fn):
+        self.fn = fn
+
+
 @keras.saving.register_keras_serializable(package="bridge")
 class FusedConvBnLeaky(_Fused):
     """Conv2D (+ bias) -> inference BatchNormalization -> LeakyReLU as one
@@ -77,13 +82,33 @@ class FusedConvBnLeaky(_Fused):
         self.moving_variance = self.add_weight(shape=(c,), name="moving_variance", initializer="ones",
                                                trainable=False)
 
-    def call(self, x):
-        dt = x.dtype
+    def _params(self, dt):
         zeros, ones = tf.zeros([self.filters], dt), tf.ones([self.filters], dt)
         cast = lambda v, default: default if v is None else tf.cast(v, dt)  # noqa: E731
-        return _tf_ops().yolo_conv_bn_leaky(
-            x, tf.cast(self.kernel, dt), cast(self.bias, zeros), cast(self.gamma, ones), cast(self.beta, zeros),
-            tf.cast(self.moving_mean, dt), tf.cast(self.moving_variance, dt), **self.op_attrs)
+        return (tf.cast(self.kernel, dt), cast(self.bias, zeros), cast(self.gamma, ones), cast(self.beta, zeros),
+                tf.cast(self.moving_mean, dt), tf.cast(self.moving_variance, dt))
+
+    def _op(self, x):
+        # The attributes were checked at construction: the raw op, without the
+        # public wrapper's per-call re-checks (Python time that eager mode pays).
+        return _tf_ops().load().yolo_conv_bn_leaky(x, *self._params(x.dtype), **self.op_attrs)
+
+    def call(self, x):
+        ops = _tf_ops()
+        if ops.is_lowered():
+            return ops.yolo_conv_bn_leaky(x, *self._params(x.dtype), **self.op_attrs)
+        if tf.executing_eagerly():
+            # TensorFlow shares one eager kernel among all layers with the same
+            # attributes; through a function of its own this layer gets a kernel of
+            # its own, whose packed filter (tf_ops/yolo_conv_bn_leaky.cc) then
+            # survives from call to call. The holder is a plain object, so neither
+            # Keras nor SavedModel tracks the function.
+            holder = self.__dict__.get("_eager_kernel")
+            if holder is None:
+                holder = self.__dict__["_eager_kernel"] = _EagerKernel(
+                    tf.function(self._op, autograph=False, reduce_retracing=True))
+            return holder.fn(x)
+        return self._op(x)
 
     def compute_output_shape(self, input_shape):
         c = (self.filters,)

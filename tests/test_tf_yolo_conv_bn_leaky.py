@@ -98,8 +98,9 @@ def _onednn_built():
         return False
 
 
+HAVE_ONEDNN = _onednn_built()
 ROADS = ["eigen", pytest.param("onednn", marks=pytest.mark.skipif(
-    not _onednn_built(), reason="op library built without oneDNN (pip install onednn-devel-cpu-gomp)"))]
+    not HAVE_ONEDNN, reason="op library built without oneDNN (pip install onednn-devel-cpu-gomp)"))]
 
 
 # -- numbers --------------------------------------------------------------------
@@ -170,6 +171,176 @@ def test_conv_bias_and_mean_are_combined_once(close):
     ones = np.ones(2, np.float32)
     got = tf_ops.yolo_conv_bn_leaky(x, filt, 5 * ones, ones, 0.25 * ones, 5 * ones, ones - 1e-5).numpy()
     np.testing.assert_allclose(got, np.full((1, 3, 3, 2), 0.25), rtol=1e-6)
+
+
+# -- the packed filter (oneDNN road) ---------------------------------------------
+# From a graph node's second call on, the kernel keeps the filter packed in
+# oneDNN's blocked layout, holding a reference to the filter's buffer; every way
+# a filter can change must still be seen.
+
+ONEDNN_ONLY = pytest.mark.skipif(not HAVE_ONEDNN, reason="op library built without oneDNN")
+
+
+@contextlib.contextmanager
+def _env(name, value):
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
+
+
+def _check(close, fn, x, params, attrs, what):
+    close(OP, fn(x).numpy(), SPEC.reference(x, *[np.asarray(p) for p in params], **attrs), what=what)
+
+
+@ONEDNN_ONLY
+@pytest.mark.parametrize("weights", ["cached", "plain", "blocked"])
+@pytest.mark.parametrize("x_shape,k,cout,attrs", [CASES[0], CASES[5], CASES[9], CASES[14]])
+def test_every_weights_layout_matches_reference_call_after_call(rng, close, weights, x_shape, k, cout, attrs):
+    x, *params = _inputs(rng, x_shape, k, cout)
+    with _road("onednn"), _env("BRIDGE_DNNL_WEIGHTS", weights):
+        fn = tf.function(lambda t: tf_ops.yolo_conv_bn_leaky(t, *params, **attrs))
+        for call in range(3):  # the second call packs, the third reuses
+            _check(close, fn, x, params, attrs, f"{weights}, call {call + 1}")
+
+
+# Shapes the Winograd road takes (3x3, stride 1, Cin >= 128, >= 100 output
+# pixels): odd sizes (partial 2x2 tiles), batch 2, and the three paddings.
+WINOGRAD_CASES = [
+    _case((1, 21, 23, 128), (3, 3), 72),
+    _case((2, 24, 22, 128), (3, 3), 64, padding="VALID"),
+    _case((1, 22, 21, 128), (3, 3), 80, padding="EXPLICIT", explicit_paddings=(0, 0, 1, 2, 0, 1, 0, 0)),
+]
+
+
+@ONEDNN_ONLY
+@pytest.mark.parametrize("x_shape,k,cout,attrs", WINOGRAD_CASES)
+def test_winograd_road_matches_reference_call_after_call(rng, close, x_shape, k, cout, attrs):
+    x, *params = _inputs(rng, x_shape, k, cout)
+    vs = [tf.Variable(p) for p in params]
+    with _road("onednn"), _env("BRIDGE_DNNL_WEIGHTS", "cached"), _env("BRIDGE_CONV_WINOGRAD", "auto"):
+        fn = tf.function(lambda t: tf_ops.yolo_conv_bn_leaky(t, *vs, **attrs))
+        for call in range(3):  # the second call packs the transformed filter, the third reuses it
+            _check(close, fn, x, params, attrs, f"winograd, call {call + 1}")
+        vs[0].assign_add(np.full_like(params[0], 0.01))
+        for call in range(2):
+            _check(close, fn, x, [v.numpy() for v in vs], attrs, f"winograd after an update, call {call + 1}")
+
+
+@ONEDNN_ONLY
+def test_packed_filter_follows_every_kind_of_variable_update(rng, close):
+    x, *params = _inputs(rng, (1, 9, 8, 16), (3, 3), 24)
+    vs = [tf.Variable(p) for p in params]
+    with _road("onednn"):
+        fn = tf.function(lambda t: tf_ops.yolo_conv_bn_leaky(t, *vs))
+        check = lambda what: _check(close, fn, x, [v.numpy() for v in vs], {}, what)  # noqa: E731
+        for call in range(3):
+            check(f"call {call + 1}")
+        updates = {
+            "assign": lambda: vs[0].assign(-params[0]),
+            "assign_add": lambda: vs[0].assign_add(0.5 * params[0]),
+            "assign_sub": lambda: vs[0].assign_sub(np.full_like(params[0], 0.25)),
+            "sliced assign": lambda: vs[0][1, :, :, 3:7].assign(np.full((3, 16, 4), 0.5, np.float32)),
+            "scatter_nd_update": lambda: vs[0].scatter_nd_update([[2, 2, 5, 1]], [3.0]),
+            "gamma assign": lambda: vs[2].assign(-params[2]),
+            "variance assign_add": lambda: vs[5].assign_add(np.full_like(params[5], 1.0)),
+        }
+        for name, update in updates.items():
+            update()
+            for call in range(3):
+                check(f"after {name}, call {call + 1}")
+
+
+@ONEDNN_ONLY
+def test_eager_calls_see_a_numpy_filter_changed_in_place(rng, close):
+    x, filt, *rest = _inputs(rng, (1, 7, 6, 8), (3, 3), 16)
+    attrs = dict(alpha=0.0625)  # attributes of its own: a fresh eager kernel, built on the oneDNN road
+    with _road("onednn"):
+        held = tf.constant(filt)
+        for call in range(3):
+            got = tf_ops.yolo_conv_bn_leaky(x, held, *rest, **attrs).numpy()
+            close(OP, got, SPEC.reference(x, filt, *rest, **attrs), what=f"held tensor, call {call + 1}")
+        for round_ in range(3):
+            for call in range(3):
+                got = tf_ops.yolo_conv_bn_leaky(x, filt, *rest, **attrs).numpy()
+                close(OP, got, SPEC.reference(x, filt, *rest, **attrs), what=f"numpy {round_}, call {call + 1}")
+            filt *= -1.5  # in place: the next conversion may wrap the very same memory
+
+
+_REORDERS = r"""
+import os, sys
+import numpy as np, tensorflow as tf
+from bridge import tf_ops
+rng = np.random.default_rng(0)
+x = rng.normal(size=(1, 12, 12, 16)).astype(np.float32)
+params = [tf.Variable(rng.uniform(0.5, 1.5, s).astype(np.float32)) for s in [(3, 3, 16, 32)] + [(32,)] * 5]
+fn = tf.function(lambda t: tf_ops.yolo_conv_bn_leaky(t, *params))
+for step in range(7):
+    if step == 4:
+        params[0].assign_add(tf.ones_like(params[0]))
+    print(f"@@ call {step + 1}", flush=True)
+    fn(x)
+    print("@@ done", flush=True)
+# a layer for the Winograd road: its GEMMs are oneDNN matmuls
+xw = rng.normal(size=(1, 20, 20, 128)).astype(np.float32)
+pw = [tf.Variable(rng.uniform(0.5, 1.5, s).astype(np.float32)) for s in [(3, 3, 128, 64)] + [(64,)] * 5]
+fw = tf.function(lambda t: tf_ops.yolo_conv_bn_leaky(t, *pw))
+for step in range(3):
+    print(f"@@ call {11 + step}", flush=True)
+    fw(xw)
+    print("@@ done", flush=True)
+"""
+
+
+@ONEDNN_ONLY
+def test_filter_is_packed_once_and_repacked_after_an_update(tmp_path):
+    """oneDNN's verbose log counts the reorders: call 2 packs, calls 3-4 reuse;
+    after the update, call 6 packs again and call 7 reuses. And a Winograd layer
+    runs its GEMMs from its second call on."""
+    import subprocess
+    import sys
+    env = dict(os.environ, ONEDNN_VERBOSE="1", BRIDGE_CONV_IMPL="onednn", BRIDGE_DNNL_WEIGHTS="cached",
+               BRIDGE_CONV_WINOGRAD="auto")
+    out = subprocess.run([sys.executable, "-c", _REORDERS], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    reorders, matmuls, call = {}, {}, None
+    for line in out.stdout.splitlines():
+        if line.startswith("@@ call"):
+            call = int(line.split()[-1])
+            reorders[call] = matmuls[call] = 0
+        elif line.startswith("@@ done"):
+            call = None
+        elif call and ",exec," in line:
+            reorders[call] += ",reorder," in line
+            matmuls[call] += ",matmul," in line
+    assert sorted(reorders) == list(range(1, 8)) + [11, 12, 13], out.stdout[-2000:]
+    assert [reorders[c] for c in (2, 3, 4, 6, 7)] == [1, 0, 0, 1, 0], reorders
+    # Winograd: the first call convolves directly, the second packs U and runs the GEMMs, the third reuses U
+    assert [matmuls[c] > 0 for c in (11, 12, 13)] == [False, True, True], matmuls
+    assert [reorders[c] for c in (12, 13)] == [1, 0], reorders
+
+
+def test_bad_winograd_setting_is_refused_when_the_kernel_is_built():
+    with _env("BRIDGE_CONV_WINOGRAD", "always"):
+        if HAVE_ONEDNN:
+            with pytest.raises(tf.errors.InvalidArgumentError,
+                               match="BRIDGE_CONV_WINOGRAD must be auto or off, got 'always'"):
+                _run_on("onednn", _filled(GOOD), {})
+
+
+def test_bad_weights_layout_is_refused_when_the_kernel_is_built():
+    with _env("BRIDGE_DNNL_WEIGHTS", "tiled"):
+        if HAVE_ONEDNN:
+            with pytest.raises(tf.errors.InvalidArgumentError,
+                               match="BRIDGE_DNNL_WEIGHTS must be cached, plain or blocked, got 'tiled'"):
+                _run_on("onednn", _filled(GOOD), {})
+        else:
+            _run_on("eigen", _filled(GOOD), {})  # without oneDNN the setting means nothing
 
 
 # -- gradients ----------------------------------------------------------------------

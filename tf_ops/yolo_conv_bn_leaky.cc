@@ -10,24 +10,35 @@
 //
 // Two convolution roads, chosen when the kernel is constructed from the
 // environment variable BRIDGE_CONV_IMPL:
-//   onednn  oneDNN's convolution primitive (the library is built with it when
-//           bridge.native.onednn_root() finds an install, e.g. PyPI's
-//           onednn-devel-cpu-gomp): the brgemm convolution reads the HWIO filter
-//           in place and applies z * s, + b' and LeakyReLU as post-ops; where only
-//           oneDNN's blocked filter layout has a fast kernel, a reorder that also
-//           multiplies by s feeds it (BRIDGE_DNNL_WEIGHTS=blocked forces that).
+//   onednn  oneDNN (the library is built with it when bridge.native.onednn_root()
+//           finds an install, e.g. PyPI's onednn-devel-cpu-gomp), float32 only.
+//           The fold is always applied by post-ops (z * s, + b', LeakyReLU), so
+//           the weights oneDNN reads are the filter as given. BRIDGE_DNNL_WEIGHTS:
+//     cached   (default) a call whose filter buffer is not the previous call's
+//              runs the brgemm convolution on the HWIO filter in place; from the
+//              second call in a row with the same buffer (a graph node fed by a
+//              variable or constant) the filter is packed once and kept: for
+//              3x3 stride-1 layers with Cin >= 128 and >= 100 output pixels as
+//              the transformed filters of Winograd F(2x2,3x3) (1.3-1.8x faster
+//              than direct there; BRIDGE_CONV_WINOGRAD=off turns it off), else in
+//              oneDNN's blocked layout (10-40% faster than HWIO on the
+//              weight-heavy layers). See Packed for why reuse is safe.
+//     plain    always the HWIO filter in place (the road before packing existed)
+//     blocked  always the blocked layout, repacked on every call
 //           Primitives are cached per shape. oneDNN runs on its own OpenMP
-//           threads: the PyPI build is OpenMP, not threadpool, so TF's pool cannot
-//           drive it. float32 only.
+//           threads (the PyPI build is OpenMP, not threadpool); their wait
+//           policy made no measurable difference on 2 cores (OMP_WAIT_POLICY
+//           PASSIVE/ACTIVE, GOMP_SPINCOUNT), so it is left alone.
 //   eigen   im2col of 256-pixel tiles into a per-tile buffer, Eigen's GEMM (one
 //           thread per tile; tiles spread over the op's own thread pool), then the
 //           fused scale + shift + LeakyReLU pass on the tile in cache. 1x1 stride-1
 //           unpadded convolutions multiply the NHWC input directly; layers with few
 //           pixels and many channels (13x13x1024) are split along Cout.
-//   unset   onednn where built (measured 10-25% faster at YOLOv3's shapes on
-//           these 2 cores), else eigen. float16 always takes the eigen road
-//           (widened to float32 on the fly, accumulated in float32): oneDNN's f16
-//           convolution needs AVX512-FP16.
+//   unset   onednn where built (YOLOv3-416 whole model, tf.function: 1.2x faster
+//           than TensorFlow's frozen graph, where eigen is 0.76x; see
+//           benchmarks/yolo_conv_roads.py), else eigen. float16 always takes the
+//           eigen road (widened to float32 on the fly, accumulated in float32):
+//           oneDNN's f16 convolution needs AVX512-FP16.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -371,68 +382,289 @@ dnnl::engine& DnnlEngine() {
   return *engine;
 }
 
-// What primitive creation (~ms) produced for one geometry. oneDNN's brgemm
-// convolution reads HWIO weights as they are, so the fold goes into post-ops
-// (z * s, + b', LeakyReLU) and the filter is used in place. Where oneDNN only has
-// a fast kernel for its blocked layout, a reorder that also multiplies by s feeds
-// it instead, and b' is the convolution's bias.
-struct DnnlConv {
-  bool plain = true;
-  dnnl::convolution_forward::primitive_desc conv_pd;
-  dnnl::convolution_forward conv;
-  dnnl::reorder reorder;
-  dnnl::memory::desc src_md, user_weights_md, dst_md, vec_md, channel_md;
-};
+// The fold is applied by post-ops (z * s, + b', LeakyReLU) on both primitives, so
+// the weights they read are the filter as given, never rescaled: a packed copy
+// depends on the filter alone, whatever BatchNorm's vectors do.
+dnnl::primitive_attr FoldPostOps(const dnnl::memory::desc& channel_md, float alpha) {
+  dnnl::post_ops ops;
+  ops.append_binary(dnnl::algorithm::binary_mul, channel_md);
+  ops.append_binary(dnnl::algorithm::binary_add, channel_md);
+  ops.append_eltwise(dnnl::algorithm::eltwise_relu, alpha, 0.0f);  // relu with a slope is LeakyReLU
+  dnnl::primitive_attr attr;
+  attr.set_post_ops(ops);
+  return attr;
+}
 
 bool FastImpl(const std::string& impl) { return impl.rfind("brg", 0) == 0 || impl.rfind("jit", 0) == 0; }
 
-std::shared_ptr<DnnlConv> MakeDnnlConv(const Geometry& g, float alpha) {
+// -- Winograd F(2x2, 3x3) -----------------------------------------------------------
+// For 3x3 stride-1 layers with many channels: each 2x2 output tile comes from a
+// 4x4 input tile through 16 independent channel GEMMs, 16 multiplies per tile
+// and channel pair instead of 36 (2.25x fewer). Transforms (Lavin & Gray's):
+//   V = B^T d B, U = G g G^T, y = A^T (V .* U summed over Cin) A, with
+//   B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1], G = [1 0 0; .5 .5 .5; .5 -.5 .5; 0 0 1],
+//   A^T = [1 1 1 0; 0 1 -1 -1].
+// Their coefficients are 0, +-1 and +-1/2, so rounding stays at a few ulps of
+// the GEMM's inputs. The filter transform runs once per packed filter; the
+// GEMMs are one batched oneDNN matmul [16, tiles, Cin] x [16, Cin, Cout] over
+// chunks of tiles small enough for V and M to stay in cache.
+
+constexpr int64_t kWinoChunkBytes = 6 << 20;
+
+struct WinoPlan {
+  int64_t th = 0, tw = 0, tiles = 0, chunk = 0;  // tiles per GEMM chunk (the last one padded)
+  dnnl::matmul::primitive_desc pd;
+  dnnl::matmul mm;
+  dnnl::memory::desc src_md, dst_md, user_w_md;
+  dnnl::reorder pack;
+};
+
+// Measured on YOLOv3's layers (2 cores, AVX-512): Cin=64 at 104x104 ran 0.75x of
+// direct (too little work per transform); down to 13x13 with Cin >= 128 it still
+// won (1.1-1.4x), in the whole model too, although U is 16/9 of the filter.
+bool WinoEligible(const Geometry& g) {
+  return g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && g.cin >= 128 &&
+         g.cout >= 64 && g.oh * g.ow >= 100;
+}
+
+std::unique_ptr<WinoPlan> MakeWinoPlan(const Geometry& g) {
   using tag = dnnl::memory::format_tag;
   using dt = dnnl::memory::data_type;
-  auto& engine = DnnlEngine();
+  auto p = std::make_unique<WinoPlan>();
+  p->th = (g.oh + 1) / 2;
+  p->tw = (g.ow + 1) / 2;
+  p->tiles = g.n * p->th * p->tw;
+  const int64_t per_tile = 16 * (g.cin + g.cout) * 4;
+  // Equal chunks: the last one is padded up to the chunk size, and padding is work.
+  const int64_t chunks = std::max<int64_t>(1, (p->tiles * per_tile + kWinoChunkBytes - 1) / kWinoChunkBytes);
+  p->chunk = (p->tiles + chunks - 1) / chunks;
+  p->src_md = dnnl::memory::desc({16, p->chunk, g.cin}, dt::f32, tag::abc);
+  p->dst_md = dnnl::memory::desc({16, p->chunk, g.cout}, dt::f32, tag::abc);
+  p->user_w_md = dnnl::memory::desc({16, g.cin, g.cout}, dt::f32, tag::abc);
+  dnnl::memory::desc w_any({16, g.cin, g.cout}, dt::f32, tag::any);
+  p->pd = dnnl::matmul::primitive_desc(DnnlEngine(), p->src_md, w_any, p->dst_md);
+  if (std::string(p->pd.impl_info_str()).rfind("brg", 0) != 0) return nullptr;  // no fast GEMM: not worth it
+  p->mm = dnnl::matmul(p->pd);
+  p->pack = dnnl::reorder(dnnl::reorder::primitive_desc(DnnlEngine(), p->user_w_md, DnnlEngine(),
+                                                        p->pd.weights_desc()));
+  return p;
+}
+
+// U[k][c][o] = (G g G^T)[k] for the HWIO filter's (c, o) pair, k = 4*row + col.
+void WinoFilter(const float* f, int64_t cin, int64_t cout, int64_t c0, int64_t c1, float* u) {
+  const int64_t plane = cin * cout;
+  for (int64_t c = c0; c < c1; ++c) {
+    const float* g = f + c * cout;  // g[(ky*3 + kx) * plane + o]
+    float* dst = u + c * cout;
+#pragma omp simd
+    for (int64_t o = 0; o < cout; ++o) {
+      float gr[3][3], r[4][3];
+      for (int i = 0; i < 9; ++i) gr[i / 3][i % 3] = g[i * plane + o];
+      for (int j = 0; j < 3; ++j) {
+        r[0][j] = gr[0][j];
+        r[1][j] = 0.5f * (gr[0][j] + gr[1][j] + gr[2][j]);
+        r[2][j] = 0.5f * (gr[0][j] - gr[1][j] + gr[2][j]);
+        r[3][j] = gr[2][j];
+      }
+      for (int i = 0; i < 4; ++i) {
+        dst[(4 * i + 0) * plane + o] = r[i][0];
+        dst[(4 * i + 1) * plane + o] = 0.5f * (r[i][0] + r[i][1] + r[i][2]);
+        dst[(4 * i + 2) * plane + o] = 0.5f * (r[i][0] - r[i][1] + r[i][2]);
+        dst[(4 * i + 3) * plane + o] = r[i][2];
+      }
+    }
+  }
+}
+
+// V[k][t - t0][c] = (B^T d B)[k] for tiles t in [t_begin, t_end); tiles past the
+// last one (padding of the final chunk) read zeros.
+void WinoInput(const float* x, const Geometry& g, const WinoPlan& w, int64_t t0, int64_t t_begin, int64_t t_end,
+               const float* zeros, float* v) {
+  const int64_t ld = w.chunk * g.cin;
+  for (int64_t t = t_begin; t < t_end; ++t) {
+    const float* d[4][4];
+    const int64_t n = t / (w.th * w.tw), r = t % (w.th * w.tw);
+    const int64_t iy0 = 2 * (r / w.tw) - g.pad_top, ix0 = 2 * (r % w.tw) - g.pad_left;
+    for (int i = 0; i < 4; ++i) {
+      for (int j = 0; j < 4; ++j) {
+        const int64_t iy = iy0 + i, ix = ix0 + j;
+        const bool inside = t < w.tiles && iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
+        d[i][j] = inside ? x + ((n * g.h + iy) * g.w + ix) * g.cin : zeros;
+      }
+    }
+    float* out = v + (t - t0) * g.cin;
+#pragma omp simd
+    for (int64_t c = 0; c < g.cin; ++c) {
+      float b[4][4];
+      for (int j = 0; j < 4; ++j) {
+        const float d0 = d[0][j][c], d1 = d[1][j][c], d2 = d[2][j][c], d3 = d[3][j][c];
+        b[0][j] = d0 - d2;
+        b[1][j] = d1 + d2;
+        b[2][j] = d2 - d1;
+        b[3][j] = d1 - d3;
+      }
+      for (int i = 0; i < 4; ++i) {
+        out[(4 * i + 0) * ld + c] = b[i][0] - b[i][2];
+        out[(4 * i + 1) * ld + c] = b[i][1] + b[i][2];
+        out[(4 * i + 2) * ld + c] = b[i][2] - b[i][1];
+        out[(4 * i + 3) * ld + c] = b[i][1] - b[i][3];
+      }
+    }
+  }
+}
+
+// y = leaky((A^T M A) * s + b') for tiles [t_begin, t_end) (within the real tiles).
+void WinoOutput(const float* m, const Geometry& g, const WinoPlan& w, int64_t t0, int64_t t_begin, int64_t t_end,
+                const float* s, const float* b, float alpha, float* y) {
+  const int64_t ld = w.chunk * g.cout;
+  for (int64_t t = t_begin; t < t_end; ++t) {
+    const int64_t n = t / (w.th * w.tw), r = t % (w.th * w.tw);
+    const int64_t oy = 2 * (r / w.tw), ox = 2 * (r % w.tw);
+    const float* src = m + (t - t0) * g.cout;
+    float* dst[2][2];
+    for (int a = 0; a < 2; ++a) {
+      for (int c = 0; c < 2; ++c) {
+        const bool inside = oy + a < g.oh && ox + c < g.ow;
+        dst[a][c] = inside ? y + ((n * g.oh + oy + a) * g.ow + ox + c) * g.cout : nullptr;
+      }
+    }
+    float tmp[2][2][64];
+    for (int64_t o0 = 0; o0 < g.cout; o0 += 64) {
+      const int64_t cols = std::min<int64_t>(64, g.cout - o0);
+#pragma omp simd
+      for (int64_t o = 0; o < cols; ++o) {
+        float mm[4][4], r0[4], r1[4];
+        for (int k = 0; k < 16; ++k) mm[k / 4][k % 4] = src[k * ld + o0 + o];
+        for (int j = 0; j < 4; ++j) {
+          r0[j] = mm[0][j] + mm[1][j] + mm[2][j];
+          r1[j] = mm[1][j] - mm[2][j] - mm[3][j];
+        }
+        const float z[2][2] = {{r0[0] + r0[1] + r0[2], r0[1] - r0[2] - r0[3]},
+                               {r1[0] + r1[1] + r1[2], r1[1] - r1[2] - r1[3]}};
+        for (int a = 0; a < 2; ++a) {
+          for (int c = 0; c < 2; ++c) {
+            const float v = z[a][c] * s[o0 + o] + b[o0 + o];
+            tmp[a][c][o] = v > 0.0f ? v : v * alpha;
+          }
+        }
+      }
+      for (int a = 0; a < 2; ++a) {
+        for (int c = 0; c < 2; ++c) {
+          if (dst[a][c]) std::memcpy(dst[a][c] + o0, tmp[a][c], sizeof(float) * cols);
+        }
+      }
+    }
+  }
+}
+
+// What primitive creation (~ms each) produced for one geometry:
+//   plain    the brgemm convolution reading the HWIO filter in place (null where
+//            oneDNN has no fast kernel for that layout);
+//   blocked  the convolution on oneDNN's own weights layout (measured 10-40%
+//            faster than plain on YOLOv3's weight-heavy 3x3 layers), fed by
+//            `pack` (HWIO -> blocked). Created on first use;
+//   wino     the Winograd plan where WinoEligible. Created on first use.
+struct DnnlConv {
+  Geometry g;
+  dnnl::memory::desc src_md, user_weights_md, dst_md, channel_md;
+  dnnl::memory::dims strides, dilations, pad_l, pad_r;
+  float alpha = 0.1f;
+  std::unique_ptr<dnnl::convolution_forward> plain;
+  std::once_flag blocked_once;
+  bool blocked_ok = false, blocked_brgemm = false;
+  dnnl::convolution_forward::primitive_desc blocked_pd;
+  dnnl::convolution_forward blocked;
+  dnnl::reorder pack;
+  std::once_flag wino_once;
+  std::unique_ptr<WinoPlan> wino;  // Winograd where it applies (WinoEligible); created on first use
+
+  bool EnsureWino() {
+    std::call_once(wino_once, [this] {
+      if (!WinoEligible(g)) return;
+      try {
+        wino = MakeWinoPlan(g);
+      } catch (const dnnl::error&) {
+        wino = nullptr;
+      }
+    });
+    return wino != nullptr;
+  }
+
+  // Thread-safe; false where oneDNN has no implementation.
+  bool EnsureBlocked() {
+    std::call_once(blocked_once, [this] {
+      try {
+        auto& engine = DnnlEngine();
+        dnnl::memory::desc weights_any(user_weights_md.get_dims(), dnnl::memory::data_type::f32,
+                                       dnnl::memory::format_tag::any);
+        blocked_pd = dnnl::convolution_forward::primitive_desc(
+            engine, dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src_md, weights_any,
+            dst_md, strides, dilations, pad_l, pad_r, FoldPostOps(channel_md, alpha));
+        blocked = dnnl::convolution_forward(blocked_pd);
+        blocked_brgemm = std::string(blocked_pd.impl_info_str()).rfind("brg", 0) == 0;
+        pack = dnnl::reorder(dnnl::reorder::primitive_desc(engine, user_weights_md, engine,
+                                                           blocked_pd.weights_desc()));
+        blocked_ok = true;
+      } catch (const dnnl::error&) {
+        blocked_ok = false;  // no oneDNN implementation: the plain primitive or eigen serves
+      }
+    });
+    return blocked_ok;
+  }
+};
+
+std::shared_ptr<DnnlConv> MakeDnnlConv(const Geometry& g, float alpha, bool want_plain) {
+  using tag = dnnl::memory::format_tag;
+  using dt = dnnl::memory::data_type;
   auto p = std::make_shared<DnnlConv>();
+  p->g = g;
   p->src_md = dnnl::memory::desc({g.n, g.cin, g.h, g.w}, dt::f32, tag::nhwc);
   p->dst_md = dnnl::memory::desc({g.n, g.cout, g.oh, g.ow}, dt::f32, tag::nhwc);
   p->user_weights_md = dnnl::memory::desc({g.cout, g.cin, g.kh, g.kw}, dt::f32, tag::hwio);
-  p->vec_md = dnnl::memory::desc({g.cout}, dt::f32, tag::x);
   p->channel_md = dnnl::memory::desc({1, g.cout, 1, 1}, dt::f32, tag::nchw);
-  const dnnl::memory::dims strides = {g.sh, g.sw}, dilations = {g.dh - 1, g.dw - 1},
-                           pad_l = {g.pad_top, g.pad_left}, pad_r = {g.pad_bottom, g.pad_right};
-  const char* want = std::getenv("BRIDGE_DNNL_WEIGHTS");
-  if (!want || std::string(want) != "blocked") {
-    dnnl::post_ops ops;
-    ops.append_binary(dnnl::algorithm::binary_mul, p->channel_md);
-    ops.append_binary(dnnl::algorithm::binary_add, p->channel_md);
-    ops.append_eltwise(dnnl::algorithm::eltwise_relu, alpha, 0.0f);  // relu with a slope is LeakyReLU
-    dnnl::primitive_attr attr;
-    attr.set_post_ops(ops);
+  p->strides = {g.sh, g.sw};
+  p->dilations = {g.dh - 1, g.dw - 1};
+  p->pad_l = {g.pad_top, g.pad_left};
+  p->pad_r = {g.pad_bottom, g.pad_right};
+  p->alpha = alpha;
+  if (want_plain) {
     try {
-      p->conv_pd = dnnl::convolution_forward::primitive_desc(
-          engine, dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, p->src_md,
-          p->user_weights_md, p->dst_md, strides, dilations, pad_l, pad_r, attr);
-      if (FastImpl(p->conv_pd.impl_info_str())) {
-        p->conv = dnnl::convolution_forward(p->conv_pd);
-        return p;
-      }
+      dnnl::convolution_forward::primitive_desc pd(
+          DnnlEngine(), dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, p->src_md,
+          p->user_weights_md, p->dst_md, p->strides, p->dilations, p->pad_l, p->pad_r,
+          FoldPostOps(p->channel_md, alpha));
+      if (FastImpl(pd.impl_info_str())) p->plain = std::make_unique<dnnl::convolution_forward>(pd);
     } catch (const dnnl::error&) {
     }
   }
-  p->plain = false;
-  dnnl::memory::desc weights_any({g.cout, g.cin, g.kh, g.kw}, dt::f32, tag::any);
-  dnnl::post_ops ops;
-  ops.append_eltwise(dnnl::algorithm::eltwise_relu, alpha, 0.0f);
-  dnnl::primitive_attr conv_attr;
-  conv_attr.set_post_ops(ops);
-  p->conv_pd = dnnl::convolution_forward::primitive_desc(
-      engine, dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, p->src_md, weights_any,
-      p->vec_md, p->dst_md, strides, dilations, pad_l, pad_r, conv_attr);
-  p->conv = dnnl::convolution_forward(p->conv_pd);
-  dnnl::primitive_attr reorder_attr;
-  reorder_attr.set_scales_mask(DNNL_ARG_SRC, 1 << 0);  // one scale per output channel (dim 0, O)
-  p->reorder = dnnl::reorder(dnnl::reorder::primitive_desc(engine, p->user_weights_md, engine,
-                                                           p->conv_pd.weights_desc(), reorder_attr));
+  if (!p->plain && !p->EnsureBlocked()) return nullptr;  // no oneDNN road at all: eigen takes it
   return p;
 }
+
+// A filter packed (blocked layout, or Winograd's U), kept while the same filter
+// buffer keeps coming back (every call of a graph node whose filter is a variable or a
+// constant). `source` holds a reference to that buffer, and holding it is what
+// makes reuse safe: TensorFlow writes into a variable's buffer in place only
+// while nothing else references it (AssignAdd/Sub and the optimizers copy on
+// write, Assign swaps in a new buffer), and a buffer that is still alive cannot
+// reappear at its address as a different tensor. Changed values thus always
+// arrive as another buffer, and another buffer is a miss. Outside that promise:
+// TF1 reference variables (their Assign writes in place regardless) and memory
+// written behind TensorFlow's back; BRIDGE_DNNL_WEIGHTS=plain serves those.
+struct Packed {
+  bool wino = false;  // U of the Winograd GEMMs, else the blocked convolution's weights
+  Tensor source;
+  dnnl::memory::desc md;
+  Tensor blocked;
+
+  bool Serves(const Tensor& filter, const dnnl::memory::desc& want) const {
+    return source.SharesBufferWith(filter) && source.tensor_data().data() == filter.tensor_data().data() &&
+           source.shape() == filter.shape() && md == want;
+  }
+};
+
+// BRIDGE_DNNL_WEIGHTS: which weights layout the oneDNN road reads.
+enum class Weights { kCached, kPlain, kBlocked };
 #endif  // BRIDGE_HAVE_DNNL
 
 // -- the kernel --------------------------------------------------------------------
@@ -452,6 +684,18 @@ class YoloConvBnLeakyOp : public OpKernel {
                                                         want, "'")));
 #if BRIDGE_HAVE_DNNL
     impl_ = (want == "eigen" || !std::is_same_v<T, float>) ? Impl::kEigen : Impl::kOneDnn;
+    const char* layout = std::getenv("BRIDGE_DNNL_WEIGHTS");
+    std::string w = layout ? layout : "";
+    OP_REQUIRES(ctx, w.empty() || w == "cached" || w == "plain" || w == "blocked",
+                absl::InvalidArgumentError(absl::StrCat(kOp, ": BRIDGE_DNNL_WEIGHTS must be cached, plain or ",
+                                                        "blocked, got '", w, "'")));
+    weights_ = w == "plain" ? Weights::kPlain : w == "blocked" ? Weights::kBlocked : Weights::kCached;
+    const char* wino = std::getenv("BRIDGE_CONV_WINOGRAD");
+    std::string wv = wino ? wino : "";
+    OP_REQUIRES(ctx, wv.empty() || wv == "auto" || wv == "off",
+                absl::InvalidArgumentError(absl::StrCat(kOp, ": BRIDGE_CONV_WINOGRAD must be auto or off, got '",
+                                                        wv, "'")));
+    winograd_ = wv != "off";
 #else
     OP_REQUIRES(ctx, want != "onednn",
                 absl::InvalidArgumentError(absl::StrCat(kOp, ": BRIDGE_CONV_IMPL=onednn, but the op library was "
@@ -498,9 +742,8 @@ class YoloConvBnLeakyOp : public OpKernel {
 #if BRIDGE_HAVE_DNNL
     if (impl_ == Impl::kOneDnn) {
       if constexpr (std::is_same_v<T, float>) {
-        std::shared_ptr<DnnlConv> conv;
-        OP_REQUIRES_OK(ctx, GetDnnlConv(g, &conv));
-        if (conv) return RunDnnl(ctx, *conv, g, fold_t);
+        std::shared_ptr<DnnlConv> conv = GetDnnlConv(g);
+        if (conv) return RunDnnl(ctx, conv.get(), g, s);
       }
     }
 #endif
@@ -522,52 +765,136 @@ class YoloConvBnLeakyOp : public OpKernel {
 
  private:
 #if BRIDGE_HAVE_DNNL
-  // Primitive creation costs milliseconds: one per geometry, kept (a handful).
-  absl::Status GetDnnlConv(const Geometry& g, std::shared_ptr<DnnlConv>* conv) {
+  // Primitive creation costs milliseconds: one per geometry, kept (a handful; in
+  // eager mode one kernel serves every layer with the same attributes).
+  std::shared_ptr<DnnlConv> GetDnnlConv(const Geometry& g) {
     std::vector<int64_t> key = {g.n, g.h, g.w, g.cin, g.kh, g.kw, g.cout, g.oh, g.ow};
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = cache_.find(key);
-    if (it != cache_.end()) {
-      *conv = it->second;
-      return absl::OkStatus();
-    }
+    auto it = convs_.find(key);
+    if (it != convs_.end()) return it->second;
+    std::shared_ptr<DnnlConv> conv;
     try {
-      *conv = MakeDnnlConv(g, attrs_.alpha);
-    } catch (const dnnl::error& e) {
-      // No oneDNN implementation for this geometry: the eigen road takes it.
-      *conv = nullptr;
+      conv = MakeDnnlConv(g, attrs_.alpha, weights_ != Weights::kBlocked);
+    } catch (const dnnl::error&) {
+      conv = nullptr;  // no oneDNN implementation for this geometry: the eigen road takes it
     }
-    if (cache_.size() >= 16) cache_.clear();
-    cache_[key] = *conv;
-    return absl::OkStatus();
+    if (convs_.size() >= 16) convs_.clear();
+    convs_[key] = conv;
+    return conv;
   }
 
-  void RunDnnl(OpKernelContext* ctx, const DnnlConv& p, const Geometry& g, Tensor& fold_t) {
+  // The packed filter for this call: the kept one when it serves; else packed
+  // now, and kept when this is the second call in a row with the same filter
+  // buffer (a graph node; an eager kernel shared by many layers sees a new filter
+  // every call and keeps nothing). Null: read the filter in place.
+  std::shared_ptr<const Packed> PackedFilter(OpKernelContext* ctx, DnnlConv* conv) {
+    if (weights_ == Weights::kPlain && conv->plain) return nullptr;
+    bool wino = weights_ == Weights::kCached && winograd_ && conv->EnsureWino();
+    if (!wino && !conv->EnsureBlocked()) return nullptr;  // then the plain primitive exists (MakeDnnlConv)
+    // Packing pays where the blocked primitive is a brgemm one; elsewhere (e.g.
+    // Cin=3, where oneDNN offers its older jit kernel) plain brgemm is faster.
+    if (weights_ == Weights::kCached && !wino && conv->plain && !conv->blocked_brgemm) return nullptr;
+    const Tensor& filter = ctx->input(1);
+    const void* data = filter.tensor_data().data();
+    bool keep = false;
+    if (weights_ == Weights::kCached) {
+      const dnnl::memory::desc& want = wino ? conv->wino->pd.weights_desc() : conv->blocked_pd.weights_desc();
+      std::lock_guard<std::mutex> lock(mu_);
+      if (packed_ && packed_->wino == wino && packed_->Serves(filter, want)) return packed_;
+      packed_.reset();  // another buffer: an updated variable or another layer; let the old one go
+      keep = last_filter_ == data;
+      last_filter_ = data;
+    }
+    if (!keep) {
+      if (conv->plain) return nullptr;
+      wino = false;  // packed for this call only: the blocked convolution (MakeDnnlConv made sure it exists)
+    }
+    auto p = std::make_shared<Packed>();
+    p->wino = wino;
+    p->md = wino ? conv->wino->pd.weights_desc() : conv->blocked_pd.weights_desc();
+    const int64_t bytes = static_cast<int64_t>(p->md.get_size());
+    absl::Status st = ctx->allocate_temp(tensorflow::DT_FLOAT, TensorShape({(bytes + 3) / 4}), &p->blocked);
+    if (!st.ok()) {
+      ctx->SetStatus(st);
+      return nullptr;
+    }
     auto& engine = DnnlEngine();
-    float* s = fold_t.flat<float>().data();
-    auto* x = const_cast<float*>(ctx->input(0).flat<float>().data());
-    auto* filter = const_cast<float*>(ctx->input(1).flat<float>().data());
-    dnnl::memory src(p.src_md, engine, x), user_w(p.user_weights_md, engine, filter),
-        dst(p.dst_md, engine, ctx->mutable_output(0)->flat<float>().data());
-    try {
-      dnnl::stream stream(engine);
-      if (p.plain) {
-        dnnl::memory scale(p.channel_md, engine, s), shift(p.channel_md, engine, s + g.cout);
-        p.conv.execute(stream, {{DNNL_ARG_SRC, src},
-                                {DNNL_ARG_WEIGHTS, user_w},
-                                {DNNL_ARG_DST, dst},
-                                {DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, scale},
-                                {DNNL_ARG_ATTR_MULTIPLE_POST_OP(1) | DNNL_ARG_SRC_1, shift}});
-      } else {
-        Tensor weights_t;
-        int64_t bytes = static_cast<int64_t>(p.conv_pd.weights_desc().get_size());
-        OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_FLOAT, TensorShape({(bytes + 3) / 4}), &weights_t));
-        dnnl::memory w(p.conv_pd.weights_desc(), engine, weights_t.flat<float>().data()), scale(p.vec_md, engine, s),
-            bias(p.vec_md, engine, s + g.cout);
-        p.reorder.execute(stream,
-                          {{DNNL_ARG_FROM, user_w}, {DNNL_ARG_TO, w}, {DNNL_ARG_ATTR_SCALES | DNNL_ARG_SRC, scale}});
-        p.conv.execute(stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_BIAS, bias}, {DNNL_ARG_DST, dst}});
+    dnnl::stream stream(engine);
+    dnnl::memory w(p->md, engine, p->blocked.flat<float>().data());
+    if (wino) {
+      const Geometry& g = conv->g;
+      Tensor u_t;
+      st = ctx->allocate_temp(tensorflow::DT_FLOAT, TensorShape({16 * g.cin * g.cout}), &u_t);
+      if (!st.ok()) {
+        ctx->SetStatus(st);
+        return nullptr;
       }
+      float* u = u_t.flat<float>().data();
+      const float* f = filter.flat<float>().data();
+      ParallelRows(ctx, g.cin, 40 * g.cout,
+                   [&](int64_t begin, int64_t end) { WinoFilter(f, g.cin, g.cout, begin, end, u); });
+      dnnl::memory user_u(conv->wino->user_w_md, engine, u);
+      conv->wino->pack.execute(stream, {{DNNL_ARG_FROM, user_u}, {DNNL_ARG_TO, w}});
+    } else {
+      dnnl::memory user_w(conv->user_weights_md, engine, const_cast<char*>(filter.tensor_data().data()));
+      conv->pack.execute(stream, {{DNNL_ARG_FROM, user_w}, {DNNL_ARG_TO, w}});
+    }
+    stream.wait();
+    if (keep) {
+      p->source = filter;
+      std::lock_guard<std::mutex> lock(mu_);
+      packed_ = p;
+    }
+    return p;
+  }
+
+  void RunWino(OpKernelContext* ctx, const DnnlConv& conv, const Packed& packed, const float* s) {
+    const Geometry& g = conv.g;
+    const WinoPlan& w = *conv.wino;
+    Tensor v_t, m_t, zeros_t;
+    OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_FLOAT, TensorShape({16 * w.chunk * g.cin}), &v_t));
+    OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_FLOAT, TensorShape({16 * w.chunk * g.cout}), &m_t));
+    OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_FLOAT, TensorShape({g.cin}), &zeros_t));
+    float *v = v_t.flat<float>().data(), *m = m_t.flat<float>().data(), *zeros = zeros_t.flat<float>().data();
+    std::fill(zeros, zeros + g.cin, 0.0f);
+    const float* x = ctx->input(0).flat<float>().data();
+    float* y = ctx->mutable_output(0)->flat<float>().data();
+    auto& engine = DnnlEngine();
+    dnnl::stream stream(engine);
+    dnnl::memory src(w.src_md, engine, v), dst(w.dst_md, engine, m),
+        weights(packed.md, engine, const_cast<float*>(packed.blocked.flat<float>().data()));
+    for (int64_t t0 = 0; t0 < w.tiles; t0 += w.chunk) {
+      ParallelRows(ctx, w.chunk, 40 * g.cin, [&](int64_t begin, int64_t end) {
+        WinoInput(x, g, w, t0, t0 + begin, t0 + end, zeros, v);
+      });
+      w.mm.execute(stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}});
+      stream.wait();
+      ParallelRows(ctx, std::min(w.chunk, w.tiles - t0), 60 * g.cout, [&](int64_t begin, int64_t end) {
+        WinoOutput(m, g, w, t0, t0 + begin, t0 + end, s, s + g.cout, attrs_.alpha, y);
+      });
+    }
+  }
+
+  void RunDnnl(OpKernelContext* ctx, DnnlConv* conv, const Geometry& g, float* s) {
+    auto& engine = DnnlEngine();
+    try {
+      std::shared_ptr<const Packed> packed = PackedFilter(ctx, conv);
+      if (!ctx->status().ok()) return;
+      if (packed && packed->wino) return RunWino(ctx, *conv, *packed, s);
+      auto* x = const_cast<float*>(ctx->input(0).flat<float>().data());
+      float* y = ctx->mutable_output(0)->flat<float>().data();
+      dnnl::memory src(conv->src_md, engine, x), dst(conv->dst_md, engine, y), scale(conv->channel_md, engine, s),
+          shift(conv->channel_md, engine, s + g.cout);
+      dnnl::memory weights =
+          packed ? dnnl::memory(packed->md, engine, const_cast<float*>(packed->blocked.flat<float>().data()))
+                 : dnnl::memory(conv->user_weights_md, engine, const_cast<float*>(ctx->input(1).flat<float>().data()));
+      dnnl::stream stream(engine);
+      (packed ? conv->blocked : *conv->plain)
+          .execute(stream, {{DNNL_ARG_SRC, src},
+                            {DNNL_ARG_WEIGHTS, weights},
+                            {DNNL_ARG_DST, dst},
+                            {DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, scale},
+                            {DNNL_ARG_ATTR_MULTIPLE_POST_OP(1) | DNNL_ARG_SRC_1, shift}});
       stream.wait();
     } catch (const dnnl::error& e) {
       ctx->SetStatus(absl::InternalError(absl::StrCat(kOp, ": oneDNN failed: ", e.what())));
@@ -575,7 +902,11 @@ class YoloConvBnLeakyOp : public OpKernel {
   }
 
   std::mutex mu_;
-  std::map<std::vector<int64_t>, std::shared_ptr<DnnlConv>> cache_;
+  std::map<std::vector<int64_t>, std::shared_ptr<DnnlConv>> convs_;
+  std::shared_ptr<const Packed> packed_;
+  const void* last_filter_ = nullptr;  // a hint only: never dereferenced, never trusted for reuse
+  Weights weights_ = Weights::kCached;
+  bool winograd_ = true;
 #endif
   Attrs attrs_;
   Impl impl_ = Impl::kEigen;
