@@ -105,8 +105,12 @@ class FusedConvBnLeaky(_Fused):
             # Keras nor SavedModel tracks the function.
             holder = self.__dict__.get("_eager_kernel")
             if holder is None:
-                holder = self.__dict__["_eager_kernel"] = _EagerKernel(
-                    tf.function(self._op, autograph=False, reduce_retracing=True))
+                fn = tf.function(self._op, autograph=False, reduce_retracing=True)
+                # TensorFlow counts traces per code object, so seventy layers each
+                # tracing its own function once read as "frequent retracing" and warn;
+                # the flag is tf.function's own switch for that warning.
+                fn._omit_frequent_tracing_warning = True
+                holder = self.__dict__["_eager_kernel"] = _EagerKernel(fn)
             return holder.fn(x)
         return self._op(x)
 
