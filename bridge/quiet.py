@@ -37,4 +37,7 @@ def import_tensorflow(verbose: bool = False):
         return tensorflow
     with native_stderr_captured():
         import tensorflow
+        # Device discovery logs too (cuInit fails loudly on a machine without a
+        # GPU when the GPU-enabled wheel is installed): do it now, captured.
+        tensorflow.config.list_physical_devices()
     return tensorflow
