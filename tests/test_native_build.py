@@ -1,0 +1,42 @@
+"""The native build cache: failures name their cause and the command that fixes them."""
+from __future__ import annotations
+
+import pytest
+
+from bridge import native
+
+
+def test_a_missing_compiler_names_the_fix(monkeypatch):
+    monkeypatch.setenv("CXX", "/nonexistent/g++")
+    with pytest.raises(native.BuildError, match=r"CXX=/nonexistent/g\+\+ is not an executable C\+\+ compiler.*apt-get install g\+\+"):
+        native.cxx_compiler()
+
+
+def test_a_failed_compile_shows_the_log_and_the_fix(tmp_path, monkeypatch):
+    monkeypatch.setenv("BRIDGE_CACHE", str(tmp_path / "cache"))
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.18)\nproject(broken CXX)\nadd_library(broken SHARED broken.cc)\n")
+    (src / "broken.cc").write_text("int f() { return this_is_not_declared; }\n")
+    b = native.Build(name="broken", source_dir=src, binds_to="test", target_file="libbroken.so")
+    with pytest.raises(native.BuildError) as e:
+        b.library(quiet=True)
+    assert "this_is_not_declared" in str(e.value)
+    assert "bridge build broken --force" in str(e.value)
+    assert not b.folder().exists()  # no half-built library is left in the cache
+
+
+def test_a_build_is_cached_by_its_inputs(tmp_path, monkeypatch):
+    monkeypatch.setenv("BRIDGE_CACHE", str(tmp_path / "cache"))
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.18)\nproject(ok CXX)\nadd_library(ok SHARED ok.cc)\n")
+    (src / "ok.cc").write_text("extern \"C\" int answer() { return 42; }\n")
+    b = native.Build(name="ok", source_dir=src, binds_to="test", target_file="libok.so")
+    lib = b.library(quiet=True)
+    assert lib.exists() and native.read_build_info(lib)["binds_to"] == "test"
+    assert b.library(quiet=True) == lib  # the second call finds it
+    (src / "ok.cc").write_text("extern \"C\" int answer() { return 43; }\n")
+    assert b.library(quiet=True) != lib  # a changed source is another build
