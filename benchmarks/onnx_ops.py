@@ -10,7 +10,8 @@ Roads:
             (session(kernels="none")); FusedLayerNorm at opset 16, i.e. the
             decomposition onnxruntime fuses back into its LayerNormalization kernel;
             YoloConvBnLeaky: its fused NCHWc Conv+LeakyRelu between Transposes.
-Weights are initializers (as in an exported model). Rounds alternate between
+Weights are initializers (as in an exported model); no session's threads spin
+(session.intra_op.allow_spinning=0). Rounds alternate between
 the roads so that drift on a shared machine hits all of them alike; the table
 shows medians and each road's time relative to native (>1: native is faster).
 """
@@ -78,8 +79,18 @@ def _decode_cases(rng, quick):
                {"native": (model, ["YoloDecode"]), "function": (model, "none")})
 
 
+def _no_spinning():
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.add_session_config_entry(onnx_plugins.SPINNING_KEY, "0")
+    return so
+
+
 def measure(roads, feeds, threads, repeat, warmup=3):
-    sessions = {name: onnx_plugins.session(model, kernels=k, threads=threads) for name, (model, k) in roads.items()}
+    # No session spins: one spinning after its run took the cores of the next road's
+    # (the oneDNN convolution's OpenMP threads: 1x1 52x52 ran 9x slower after the function road).
+    sessions = {name: onnx_plugins.session(model, kernels=k, threads=threads, options=_no_spinning())
+                for name, (model, k) in roads.items()}
     seconds, _ = alternating_medians({name: (lambda s=s: s.run(None, feeds)) for name, s in sessions.items()},
                                      repeat, warmup=warmup)
     return {name: t * 1e3 for name, t in seconds.items()}

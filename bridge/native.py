@@ -64,7 +64,13 @@ def ninja_exe() -> Optional[str]:
 
 
 def cxx_compiler() -> str:
-    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
+    env = os.environ.get("CXX")
+    if env:
+        if not shutil.which(env):
+            raise BuildError(f"CXX={env} is not an executable C++ compiler. Fix: point CXX at a C++17 "
+                             f"compiler, or unset it to use g++ (apt-get install g++)")
+        return env
+    cxx = shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
     if not cxx:
         raise BuildError("no C++ compiler found (g++, c++ or clang++). Fix: apt-get install g++ "
                          "(or set CXX to a C++17 compiler)")
@@ -255,8 +261,12 @@ def ort_build(portable: Optional[bool] = None, fetch: bool = True) -> Optional[B
         except ort_headers.HeaderError as e:
             raise BuildError(str(e)) from e
     source = _package_dir("bridge.onnx_plugins") / "native"
+    options = {"ORT_INCLUDE_DIR": str(include)}
+    dnnl = onednn_root()
+    if dnnl:
+        options["BRIDGE_DNNL_ROOT"] = str(dnnl)
     b = Build(name="ort", source_dir=source, binds_to=f"ort{ort_headers.api_version(include)}",
-              target_file="libbridge_ort_ops.so", options={"ORT_INCLUDE_DIR": str(include)},
+              target_file="libbridge_ort_ops.so", options=options,
               extra_sources=[include / ort_headers.MAIN_HEADER],
               describe="the onnxruntime kernels")
     if portable is not None:

@@ -30,24 +30,33 @@ schemas.register_all()
 CONFIG_KEY = "bridge.kernels"
 # onnxruntime's session option: where a model given as bytes finds its external data
 EXTERNAL_DATA_FOLDER_KEY = "session.model_external_initializers_file_folder_path"
+# onnxruntime's session option: whether idle intra-op threads spin
+SPINNING_KEY = "session.intra_op.allow_spinning"
 
 # The road `session(kernels="fastest")` takes per op: "native" (the library's
 # kernel) or "function" (the function body, inlined and optimised by onnxruntime).
-# Measured with benchmarks/onnx_ops.py (median ms, float32, 2 threads unless
-# noted) on the project's 2-core AVX-512 machine while other work loaded it
-# (load average ~7), so absolute times are inflated; ratios are side by side:
-#   FusedLayerNorm  [4,128,768]:   native 0.080 / built-in LayerNormalization 0.15 / function 0.15
-#                   [32,512,1024]: native 17.7-37.7 / built-in 27-64 / function 35-40 (memory-bound, noisy)
-#   YoloConvBnLeaky native / function (onnxruntime's fused NCHWc Conv+LeakyRelu + Transposes):
-#                   416x416x32->64 s2: 58-72 / 62-69; 104x104x128->128: 65-105 / 60-85;
-#                   13x13x512->1024: 69-85 / 39-47 (1 thread: 24.6 / 23.5); 52x52x256->128 1x1: 0.95 / 1.3
-#                   -> onnxruntime's own convolution stays the default (native ties it on one thread).
-#   YoloDecode      13x13x255: native 0.017 / function 0.037; 52x52x255: 0.21 / 0.54
+# Chosen on whole models (benchmarks/onnx_models.py: batch 1, 2 threads, medians
+# of interleaved rounds, 2-core AVX-512 machine, 2026-11-30), where the choice
+# can differ from one op alone (benchmarks/onnx_ops.py):
+#   YoloConvBnLeaky  YOLOv3-416: native 120.7 ms (oneDNN: Winograd F(2x2,3x3) for
+#                    3x3 stride-1 Cin >= 128, else direct; 99-106 ms with no other
+#                    session in the process) / function 155.3 ms (onnxruntime's
+#                    NCHWc Conv+LeakyRelu; the Transposes between adjacent convs
+#                    cancel) / plain tf2onnx 153.2 ms. Without oneDNN the native
+#                    kernel is the library's own GEMM, 171.0 ms, so the function
+#                    serves there (FASTEST_WITHOUT_ONEDNN). Alone, native wins
+#                    2.4-3x on all four YOLOv3 shapes of onnx_ops.py.
+#   YoloDecode       YOLOv3-416: native 143.9 / function 144.9 ms (3 heads, <1%);
+#                    alone 13x13x255 0.029 / 0.038 ms, 52x52x255 0.12 / 0.45 ms.
+#   FusedLayerNorm   4-layer BERT-base, seq 128: native 25.5-25.6 / function (opset
+#                    18: onnxruntime's LayerNormalization) 25.4 ms, a tie (the
+#                    MatMuls are ~73% of the time); alone [4,128,768] native 2x.
 FASTEST = {
     "FusedLayerNorm": "native",
-    "YoloConvBnLeaky": "function",
+    "YoloConvBnLeaky": "native",
     "YoloDecode": "native",
 }
+FASTEST_WITHOUT_ONEDNN = {"YoloConvBnLeaky": "function"}
 
 
 def reference_ops() -> List[type]:
@@ -92,6 +101,26 @@ def kernel_calls(op: str, path: Optional[Path] = None) -> int:
     return int(lib.bridge_ort_calls(op.encode()))
 
 
+def library_has_onednn(path: Optional[Path] = None) -> bool:
+    """Whether the kernel library was built with oneDNN (its convolution road)."""
+    from bridge import native
+    info = native.read_build_info(Path(path or ort_library_path()))
+    return bool(info.get("options", {}).get("BRIDGE_DNNL_ROOT"))
+
+
+def _fastest(op: str) -> str:
+    from bridge.native import BuildError
+    road = FASTEST.get(op, "function")
+    if op in FASTEST_WITHOUT_ONEDNN:
+        try:
+            onednn = library_has_onednn()
+        except BuildError:
+            onednn = False  # registering the library will report why it cannot be built
+        if not onednn:
+            road = FASTEST_WITHOUT_ONEDNN[op]
+    return road
+
+
 def native_ops(kernels: Union[str, Iterable[str]] = "fastest") -> List[str]:
     """The op types whose native kernel a session with `kernels` uses."""
     if isinstance(kernels, str):
@@ -100,7 +129,7 @@ def native_ops(kernels: Union[str, Iterable[str]] = "fastest") -> List[str]:
         if kernels == "none":
             return []
         if kernels == "fastest":
-            return [s.name for s in _specs.all_specs() if FASTEST.get(s.name) == "native"]
+            return [s.name for s in _specs.all_specs() if _fastest(s.name) == "native"]
         kernels = [kernels]
     names = []
     for k in kernels:
@@ -118,6 +147,9 @@ def session(model_or_path, *, kernels: Union[str, Sequence[str]] = "fastest", th
     `kernels` ("fastest", "all", "none" or op types) registered; every other
     com.bridge op runs its model-local function (added here if the model lacks it).
     `threads` sets intra_op_num_threads; `options` is a SessionOptions to start from.
+    With the YoloConvBnLeaky kernel on oneDNN (OpenMP threads) onnxruntime's idle
+    threads do not spin (SPINNING_KEY "0") unless `options` says otherwise:
+    spinning, they took the convolutions' cores (YOLOv3-416 2x slower on 2 cores).
 
     A path goes to onnxruntime as it is (no re-serialisation: models over 2 GB
     with external data work) unless a com.bridge op without a native kernel has
@@ -148,11 +180,22 @@ def session(model_or_path, *, kernels: Union[str, Sequence[str]] = "fastest", th
         source = path if path is not None else model.SerializeToString()
     if threads:
         so.intra_op_num_threads = threads
+    if "YoloConvBnLeaky" in names and not _has_config(so, SPINNING_KEY) and library_has_onednn():
+        # oneDNN's OpenMP threads and onnxruntime's spinning ones would share the cores
+        so.add_session_config_entry(SPINNING_KEY, "0")
     if names:
         # The library reads this entry while it registers, so it goes first.
         so.add_session_config_entry(CONFIG_KEY, ",".join(names))
         so.register_custom_ops_library(str(ort_library_path()))
     return ort.InferenceSession(source, sess_options=so, providers=providers or ["CPUExecutionProvider"], **kw)
+
+
+def _has_config(so, key: str) -> bool:
+    try:
+        so.get_session_config_entry(key)
+        return True
+    except RuntimeError:  # onnxruntime's answer for an entry never set
+        return False
 
 
 def _ops_without_body(model, native: Sequence[str]) -> set:
@@ -185,6 +228,7 @@ def backend_status(spec) -> Dict[str, str]:
     return out
 
 
-__all__ = ["CONFIG_KEY", "FASTEST", "MAX_OPSET", "MIN_FUNCTION_OPSET", "MIN_INLINE_OPSET", "add_functions",
-           "backend_status", "function_proto", "inline_custom_ops", "kernel_calls", "library_ops", "native_ops",
-           "ort_library_path", "reference_ops", "session"]
+__all__ = ["CONFIG_KEY", "SPINNING_KEY", "FASTEST", "FASTEST_WITHOUT_ONEDNN", "MAX_OPSET", "MIN_FUNCTION_OPSET",
+           "MIN_INLINE_OPSET", "add_functions", "backend_status", "function_proto", "inline_custom_ops",
+           "kernel_calls", "library_has_onednn", "library_ops", "native_ops", "ort_library_path", "reference_ops",
+           "session"]

@@ -251,3 +251,72 @@ def test_missing_headers_folder_is_a_build_error(monkeypatch, tmp_path):
     with pytest.raises(native.BuildError, match="ORT_INCLUDE_DIR=.* has no onnxruntime_c_api.h. Fix"):
         native.ort_build()
     assert native.ort_build(fetch=False) is None
+
+
+# -- YoloConvBnLeaky with constant parameters: the oneDNN roads ---------------------
+
+def _conv_calls(library) -> dict:
+    import ctypes
+    lib = ctypes.CDLL(str(library))
+    lib.bridge_ort_conv_calls.restype = ctypes.c_uint64
+    lib.bridge_ort_conv_calls.argtypes = [ctypes.c_char_p]
+    return {r: int(lib.bridge_ort_conv_calls(r.encode())) for r in ("gemm", "onednn-direct", "onednn-winograd")}
+
+
+def _has_onednn(library) -> bool:
+    from bridge import native
+    return bool(native.read_build_info(library).get("options", {}).get("BRIDGE_DNNL_ROOT"))
+
+
+def _constant_conv(rng, cin, cout, k, strides, pads, dilations=(1, 1)):
+    spec = specs.get("YoloConvBnLeaky")
+    w = (rng.standard_normal((k, k, cin, cout)) / np.sqrt(k * k * cin)).astype(np.float32)
+    params = [(rng.standard_normal(cout) * 0.3).astype(np.float32) for _ in range(4)]
+    params.append(rng.uniform(0.5, 2.0, cout).astype(np.float32))
+    attrs = dict(strides=list(strides), pads=list(pads), dilations=list(dilations), epsilon=1e-3, alpha=0.2)
+    x0 = np.ones((1, 9, 9, cin), np.float32)
+    model = one_op_model("YoloConvBnLeaky", [x0, w, *params], attrs, opset=17, dynamic=(0, 1, 2),
+                         constants=[i.name for i in spec.inputs[1:]])
+    return model, [w, *params], attrs
+
+
+# (cin, cout, k, strides, pads, dilations, input shapes run through one session, road where oneDNN is built)
+CONSTANT_CONVS = [
+    (128, 64, 3, (1, 1), (1, 1, 1, 1), (1, 1), [(1, 11, 13), (2, 10, 10)], "onednn-winograd"),  # odd: partial tiles
+    (16, 24, 3, (2, 2), (0, 0, 1, 1), (1, 1), [(1, 9, 8), (1, 2, 3), (0, 9, 8)], "onednn-direct"),  # TF's SAME s2
+    (8, 33, 1, (1, 1), (0, 0, 0, 0), (1, 1), [(2, 5, 3)], "onednn-direct"),
+    (4, 6, 3, (1, 1), (2, 2, 2, 2), (2, 2), [(1, 7, 9)], "onednn-direct"),
+    (128, 64, 3, (1, 1), (1, 1, 1, 1), (1, 1), [(1, 4, 4)], "onednn-direct"),  # too few pixels for Winograd
+]
+
+
+@pytest.mark.parametrize("case", CONSTANT_CONVS, ids=lambda c: f"{c[0]}->{c[1]}-{c[2]}x{c[2]}-s{c[3][0]}-d{c[5][0]}")
+def test_constant_weights_conv_matches_the_reference_on_its_road(library, rng, case):
+    """Constant parameters are folded once; with oneDNN in the library float32
+    takes its direct convolution or Winograd, else the library's GEMM. One
+    session serves several input geometries (one plan each)."""
+    cin, cout, k, strides, pads, dil, shapes, road = case
+    model, params, attrs = _constant_conv(rng, cin, cout, k, strides, pads, dil)
+    sess = onnx_plugins.session(model, kernels=["YoloConvBnLeaky"], threads=2)
+    expected = road if _has_onednn(library) else "gemm"
+    for n, h, w in shapes:
+        x = rng.standard_normal((n, h, w, cin)).astype(np.float32)
+        before = _conv_calls(library)
+        got = sess.run(None, {"x": x})[0]
+        after = _conv_calls(library)
+        ref = specs.get("YoloConvBnLeaky").reference_onnx(x, *params, **attrs)
+        assert_close("YoloConvBnLeaky", got, ref, "float32", what=f"{case} x {x.shape}")
+        ran = {r for r in after if after[r] > before[r]}
+        assert ran == ({expected} if got.size else set()), f"x {x.shape}"  # an empty output runs nothing
+
+
+def test_constant_weights_conv_gemm_road_on_request(library, rng, monkeypatch):
+    """BRIDGE_ORT_CONV=gemm (read when the kernel is created) keeps the library's GEMM."""
+    monkeypatch.setenv("BRIDGE_ORT_CONV", "gemm")
+    model, params, attrs = _constant_conv(rng, 128, 64, 3, (1, 1), (1, 1, 1, 1))
+    x = rng.standard_normal((1, 12, 11, 128)).astype(np.float32)
+    before = _conv_calls(library)
+    got = onnx_plugins.session(model, kernels=["YoloConvBnLeaky"]).run(None, {"x": x})[0]
+    after = _conv_calls(library)
+    assert_close("YoloConvBnLeaky", got, specs.get("YoloConvBnLeaky").reference_onnx(x, *params, **attrs))
+    assert {r for r in after if after[r] > before[r]} == {"gemm"}

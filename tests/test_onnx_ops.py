@@ -180,9 +180,74 @@ def test_typed_functions_below_opset_15_reject_mixed_dtypes():
 def test_session_kernels_argument():
     assert onnx_plugins.native_ops("all") == [s.name for s in specs.all_specs()]
     assert onnx_plugins.native_ops("none") == []
-    assert set(onnx_plugins.native_ops("fastest")) == {op for op, road in onnx_plugins.FASTEST.items()
-                                                        if road == "native"}
+    roads = dict(onnx_plugins.FASTEST)
+    if not onnx_plugins.library_has_onednn():
+        roads.update(onnx_plugins.FASTEST_WITHOUT_ONEDNN)
+    assert set(onnx_plugins.native_ops("fastest")) == {op for op, road in roads.items() if road == "native"}
     assert set(onnx_plugins.FASTEST) == set(specs.SPECS)
+    assert set(onnx_plugins.FASTEST_WITHOUT_ONEDNN) <= set(specs.SPECS)
     assert onnx_plugins.native_ops(["yolo_decode"]) == ["YoloDecode"]
     with pytest.raises(ValueError, match="kernels: unknown op 'Nope'"):
         onnx_plugins.native_ops(["Nope"])
+
+
+def _ort_optimized(model, tmp_path, name, level=ort.GraphOptimizationLevel.ORT_ENABLE_BASIC):
+    """onnxruntime's graph after its optimizations up to `level` (basic: constant
+    folding; extended: fusions such as LayerNormFusion)."""
+    so = ort.SessionOptions()
+    so.graph_optimization_level = level
+    so.optimized_model_filepath = str(tmp_path / f"{name}.onnx")
+    ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return onnx.load(so.optimized_model_filepath)
+
+
+@pytest.mark.parametrize("opset", [16, 18])
+def test_lowered_constant_parts_fold_in_onnxruntime(opset, tmp_path):
+    """A lowered body casts its constants to the known T: a CastLike on the graph
+    input left the BatchNorm fold (Sqrt, Div, filter * s, HWIO -> OIHW) and the
+    layer norm's Pow exponent non-constant to onnxruntime, so YOLOv3 refolded its
+    weights on every run (4x slower) and the layer norm was not fused."""
+    rng = np.random.default_rng(3)
+    arrays, attrs = _conv(rng, (1, 6, 5, 3), (3, 3), 4)
+    conv = one_op_model("YoloConvBnLeaky", [a.astype("float32") for a in arrays], attrs, opset=opset,
+                        constants=[i.name for i in specs.get("YoloConvBnLeaky").inputs[1:]])
+    lowered = onnx_plugins.inline_custom_ops(conv)
+    assert "CastLike" not in {n.op_type for n in lowered.graph.node}
+    ops = [n.op_type for n in _ort_optimized(lowered, tmp_path, "conv").graph.node]
+    assert not {"Sqrt", "Div", "Mul"} & set(ops), ops   # the fold ran once, at load
+    assert ops.count("Transpose") == 2, ops              # NHWC <-> NCHW around the Conv only
+    feeds = {"x": arrays[0].astype("float32")}
+    sess = ort.InferenceSession(lowered.SerializeToString(), providers=["CPUExecutionProvider"])
+    _check_outputs("YoloConvBnLeaky", sess.run(None, feeds), [a.astype("float32") for a in arrays], attrs,
+                   "float32", "lowered conv, constant parameters")
+
+    ln_in = [rng.standard_normal((2, 3, 8)).astype("float32"), rng.standard_normal(8).astype("float32"),
+             rng.standard_normal(8).astype("float32")]
+    ln = onnx_plugins.inline_custom_ops(one_op_model("FusedLayerNorm", ln_in, {"epsilon": 1e-5}, opset=opset,
+                                                     constants=("gamma", "beta")))
+    ops = [n.op_type for n in _ort_optimized(ln, tmp_path, "ln", ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED)
+           .graph.node]
+    assert ops == ["LayerNormalization"], ops
+
+
+@pytest.mark.parametrize("onednn", [True, False])
+def test_fastest_conv_road_depends_on_onednn(monkeypatch, onednn):
+    """The native convolution wins only on oneDNN; there, session() turns
+    onnxruntime's thread spinning off unless the caller set it."""
+    monkeypatch.setattr(onnx_plugins, "library_has_onednn", lambda path=None: onednn)
+    assert ("YoloConvBnLeaky" in onnx_plugins.native_ops("fastest")) == onednn
+    rng = np.random.default_rng(5)
+    arrays, attrs = _conv(rng, (1, 5, 5, 3), (3, 3), 4)
+    model = one_op_model("YoloConvBnLeaky", [a.astype("float32") for a in arrays], attrs, opset=17)
+    key = onnx_plugins.SPINNING_KEY
+
+    def spinning(sess):
+        try:
+            return sess.get_session_options().get_session_config_entry(key)
+        except RuntimeError:
+            return None
+    assert spinning(onnx_plugins.session(model, kernels=["YoloConvBnLeaky"])) == ("0" if onednn else None)
+    assert spinning(onnx_plugins.session(model, kernels=["YoloDecode"])) is None
+    so = ort.SessionOptions()
+    so.add_session_config_entry(key, "1")
+    assert spinning(onnx_plugins.session(model, kernels=["YoloConvBnLeaky"], options=so)) == "1"

@@ -8,11 +8,34 @@
 // im2col in blocks of MC x KC that stay in L2 (a 1x1 stride-1 convolution reads
 // x directly), and an MR x 32 register tile accumulates, bias first and
 // LeakyReLU on the last K block, straight into the NHWC output.
+//
+// Where the library is built with oneDNN (bridge.native.onednn_root()) and the
+// parameters are constant, float32 runs on oneDNN instead, on the folded filter
+// packed once per input geometry: 3x3 stride-1 layers with Cin >= 128 as
+// Winograd F(2x2,3x3) (16 batched GEMMs on the transformed filter, 2.25x fewer
+// multiplies), the others as oneDNN's direct convolution on its blocked weights
+// with bias and LeakyReLU fused. Whole YOLOv3-416 on 2 threads: the GEMM road
+// was 0.88x of onnxruntime's own NCHWc convolutions (benchmarks/onnx_models.py).
+// oneDNN (the PyPI build) runs on OpenMP threads, and so do the Winograd
+// transforms; onnxruntime's intra-op threads spinning after their own work take
+// the same cores (2x slower on 2 cores), so bridge.onnx_plugins.session() turns
+// that spinning off when this kernel runs on oneDNN.
+// BRIDGE_ORT_CONV=gemm keeps the GEMM road; BRIDGE_CONV_WINOGRAD=off turns
+// Winograd off (both read when the kernel is created).
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
 
 #include "bridge_ort.h"
+
+#if BRIDGE_HAVE_DNNL
+#include "oneapi/dnnl/dnnl.hpp"
+#endif
 
 namespace bridge {
 namespace {
@@ -45,30 +68,46 @@ struct Packed {
 
 // BatchNorm folded into the weights: s = gamma/sqrt(var+eps), W' = W*s,
 // b' = (conv_bias - mean)*s + beta (the conv bias and the mean combined once).
-Packed fold_pack(const float* filt, const float* const* p, int64_t k, int64_t cout, float eps) {
+// The fold on its own: w [k, cout] (HWIO flattened) and bias [cout].
+void fold(const float* filt, const float* const* p, int64_t k, int64_t cout, float eps, std::vector<float>* w,
+          std::vector<float>* bias) {
+  std::vector<float> s(cout);
+  bias->assign(cout, 0.f);
+  for (int64_t o = 0; o < cout; ++o) {
+    s[o] = p[1][o] / std::sqrt(p[4][o] + eps);
+    (*bias)[o] = (p[0][o] - p[3][o]) * s[o] + p[2][o];
+  }
+  w->resize(k * cout);
+  for (int64_t kk = 0; kk < k; ++kk)
+    for (int64_t o = 0; o < cout; ++o) (*w)[kk * cout + o] = filt[kk * cout + o] * s[o];
+}
+
+// Folded weights w [k, cout] and bias into 32-column panels.
+Packed pack(const float* w, const float* bias, int64_t k, int64_t cout) {
   Packed out;
   out.k = k;
   out.cout = cout;
   out.panels = (cout + NR - 1) / NR;
   out.w = aligned(out.panels * k * NR);
   out.bias = aligned(out.panels * NR);
-  std::vector<float> s(cout);
-  for (int64_t o = 0; o < out.panels * NR; ++o) out.bias[o] = 0.f;
-  for (int64_t o = 0; o < cout; ++o) {
-    s[o] = p[1][o] / std::sqrt(p[4][o] + eps);
-    out.bias[o] = (p[0][o] - p[3][o]) * s[o] + p[2][o];
-  }
+  for (int64_t o = 0; o < out.panels * NR; ++o) out.bias[o] = o < cout ? bias[o] : 0.f;
   for (int64_t pn = 0; pn < out.panels; ++pn) {
     const int64_t o0 = pn * NR, n = std::min<int64_t>(NR, cout - o0);
     for (int64_t kk = 0; kk < k; ++kk) {
       float* dst = out.w.get() + (pn * k + kk) * NR;
-      const float* src = filt + kk * cout + o0;
+      const float* src = w + kk * cout + o0;
       int64_t j = 0;
-      for (; j < n; ++j) dst[j] = src[j] * s[o0 + j];
+      for (; j < n; ++j) dst[j] = src[j];
       for (; j < NR; ++j) dst[j] = 0.f;
     }
   }
   return out;
+}
+
+Packed fold_pack(const float* filt, const float* const* p, int64_t k, int64_t cout, float eps) {
+  std::vector<float> w, bias;
+  fold(filt, p, k, cout, eps, &w, &bias);
+  return pack(w.data(), bias.data(), k, cout);
 }
 
 inline v16 loadu(const float* p) {
@@ -197,6 +236,304 @@ void conv_gemm(Ctx& ctx, const float* x, const Geometry& g, const Packed& p, flo
   });
 }
 
+#if BRIDGE_HAVE_DNNL
+// -- oneDNN -------------------------------------------------------------------------
+dnnl::engine& engine() {
+  static dnnl::engine* e = new dnnl::engine(dnnl::engine::kind::cpu, 0);
+  return *e;
+}
+
+bool fast_impl(const char* impl) {
+  const std::string s(impl);
+  return s.rfind("brg", 0) == 0 || s.rfind("jit", 0) == 0;
+}
+
+// Winograd F(2x2,3x3) (Lavin & Gray): per 2x2 output tile, V = B^T d B of its
+// 4x4 input tile, M[k] = V[k] . U[k] summed over Cin for each of the 16
+// positions k (one batched GEMM [16, tiles, Cin] x [16, Cin, Cout]), y = A^T M A.
+// U = G g G^T of the folded filter, made once. Coefficients are 0, +-1, +-1/2.
+constexpr int64_t kWinoChunkBytes = 6 << 20;  // V and M of one chunk of tiles stay in cache
+
+// YOLOv3's 3x3 stride-1 layers; at Cin = 64 the transforms cost more than they save
+bool wino_eligible(const Geometry& g) {
+  return g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && g.cin >= 128 &&
+         g.cout >= 64 && g.oh * g.ow >= 100;
+}
+
+// U[k][c][o] for k = 4*row + col, from the folded HWIO filter w.
+std::vector<float> wino_filter(const float* w, int64_t cin, int64_t cout) {
+  const int64_t plane = cin * cout;
+  std::vector<float> u(16 * plane);
+  for (int64_t c = 0; c < cin; ++c) {
+    const float* g = w + c * cout;
+    float* dst = u.data() + c * cout;
+    for (int64_t o = 0; o < cout; ++o) {
+      float t[3][3], r[4][3];
+      for (int i = 0; i < 9; ++i) t[i / 3][i % 3] = g[i * plane + o];
+      for (int j = 0; j < 3; ++j) {
+        r[0][j] = t[0][j];
+        r[1][j] = 0.5f * (t[0][j] + t[1][j] + t[2][j]);
+        r[2][j] = 0.5f * (t[0][j] - t[1][j] + t[2][j]);
+        r[3][j] = t[2][j];
+      }
+      for (int i = 0; i < 4; ++i) {
+        dst[(4 * i + 0) * plane + o] = r[i][0];
+        dst[(4 * i + 1) * plane + o] = 0.5f * (r[i][0] + r[i][1] + r[i][2]);
+        dst[(4 * i + 2) * plane + o] = 0.5f * (r[i][0] - r[i][1] + r[i][2]);
+        dst[(4 * i + 3) * plane + o] = r[i][2];
+      }
+    }
+  }
+  return u;
+}
+
+// One input geometry's primitives and packed weights.
+struct DnnlPlan {
+  Geometry g;
+  bool wino = false;
+  dnnl::primitive prim;
+  dnnl::memory weights, bias;
+  int64_t th = 0, tw = 0, tiles = 0, chunk = 0;  // Winograd tiling
+  dnnl::memory::desc v_md, m_md;
+};
+
+std::unique_ptr<DnnlPlan> wino_plan(const Geometry& g, const std::vector<float>& w) {
+  using tag = dnnl::memory::format_tag;
+  using dt = dnnl::memory::data_type;
+  auto p = std::make_unique<DnnlPlan>();
+  p->g = g;
+  p->wino = true;
+  p->th = (g.oh + 1) / 2;
+  p->tw = (g.ow + 1) / 2;
+  p->tiles = g.n * p->th * p->tw;
+  const int64_t per_tile = 16 * (g.cin + g.cout) * 4;
+  const int64_t chunks = std::max<int64_t>(1, (p->tiles * per_tile + kWinoChunkBytes - 1) / kWinoChunkBytes);
+  p->chunk = (p->tiles + chunks - 1) / chunks;  // equal chunks: padding the last one is work
+  p->v_md = dnnl::memory::desc({16, p->chunk, g.cin}, dt::f32, tag::abc);
+  p->m_md = dnnl::memory::desc({16, p->chunk, g.cout}, dt::f32, tag::abc);
+  dnnl::memory::desc user_md({16, g.cin, g.cout}, dt::f32, tag::abc);
+  dnnl::matmul::primitive_desc pd(engine(), p->v_md, dnnl::memory::desc({16, g.cin, g.cout}, dt::f32, tag::any),
+                                  p->m_md);
+  if (std::string(pd.impl_info_str()).rfind("brg", 0) != 0) return nullptr;  // no fast GEMM: direct instead
+  p->prim = dnnl::matmul(pd);
+  std::vector<float> u = wino_filter(w.data(), g.cin, g.cout);
+  dnnl::memory user(user_md, engine(), u.data());
+  p->weights = dnnl::memory(pd.weights_desc(), engine());
+  dnnl::stream st(engine());
+  dnnl::reorder(user, p->weights).execute(st, user, p->weights);
+  st.wait();
+  return p;
+}
+
+std::unique_ptr<DnnlPlan> direct_plan(const Geometry& g, const std::vector<float>& w, const std::vector<float>& b,
+                                      int64_t pb, int64_t pr, float alpha) {
+  using tag = dnnl::memory::format_tag;
+  using dt = dnnl::memory::data_type;
+  auto p = std::make_unique<DnnlPlan>();
+  p->g = g;
+  dnnl::memory::desc src({g.n, g.cin, g.h, g.w}, dt::f32, tag::nhwc);
+  dnnl::memory::desc dst({g.n, g.cout, g.oh, g.ow}, dt::f32, tag::nhwc);
+  dnnl::memory::desc user_w({g.cout, g.cin, g.kh, g.kw}, dt::f32, tag::hwio);
+  dnnl::memory::desc any_w({g.cout, g.cin, g.kh, g.kw}, dt::f32, tag::any);
+  dnnl::memory::desc bias_md({g.cout}, dt::f32, tag::x);
+  dnnl::post_ops ops;
+  ops.append_eltwise(dnnl::algorithm::eltwise_relu, alpha, 0.0f);  // relu with a slope is LeakyReLU
+  dnnl::primitive_attr attr;
+  attr.set_post_ops(ops);
+  dnnl::convolution_forward::primitive_desc pd(
+      engine(), dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src, any_w, bias_md, dst,
+      {g.sh, g.sw}, {g.dh - 1, g.dw - 1}, {g.pt, g.pl}, {pb, pr}, attr);
+  if (!fast_impl(pd.impl_info_str())) return nullptr;  // a reference implementation: the GEMM road is faster
+  p->prim = dnnl::convolution_forward(pd);
+  dnnl::memory user(user_w, engine(), const_cast<float*>(w.data()));
+  p->weights = dnnl::memory(pd.weights_desc(), engine());
+  p->bias = dnnl::memory(bias_md, engine());
+  std::memcpy(p->bias.get_data_handle(), b.data(), b.size() * sizeof(float));
+  dnnl::stream st(engine());
+  dnnl::reorder(user, p->weights).execute(st, user, p->weights);
+  st.wait();
+  return p;
+}
+
+// V[k][t - t0][c] for tiles [t_begin, t_end); tiles past the last read zeros.
+void wino_input(const float* x, const DnnlPlan& p, int64_t t0, int64_t t_begin, int64_t t_end, const float* zeros,
+                float* v) {
+  const Geometry& g = p.g;
+  const int64_t ld = p.chunk * g.cin;
+  for (int64_t t = t_begin; t < t_end; ++t) {
+    const float* d[4][4];
+    const int64_t n = t / (p.th * p.tw), r = t % (p.th * p.tw);
+    const int64_t iy0 = 2 * (r / p.tw) - g.pt, ix0 = 2 * (r % p.tw) - g.pl;
+    for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < 4; ++j) {
+        const int64_t iy = iy0 + i, ix = ix0 + j;
+        const bool inside = t < p.tiles && iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
+        d[i][j] = inside ? x + ((n * g.h + iy) * g.w + ix) * g.cin : zeros;
+      }
+    float* out = v + (t - t0) * g.cin;
+#pragma omp simd
+    for (int64_t c = 0; c < g.cin; ++c) {
+      float b[4][4];
+      for (int j = 0; j < 4; ++j) {
+        const float d0 = d[0][j][c], d1 = d[1][j][c], d2 = d[2][j][c], d3 = d[3][j][c];
+        b[0][j] = d0 - d2;
+        b[1][j] = d1 + d2;
+        b[2][j] = d2 - d1;
+        b[3][j] = d1 - d3;
+      }
+      for (int i = 0; i < 4; ++i) {
+        out[(4 * i + 0) * ld + c] = b[i][0] - b[i][2];
+        out[(4 * i + 1) * ld + c] = b[i][1] + b[i][2];
+        out[(4 * i + 2) * ld + c] = b[i][2] - b[i][1];
+        out[(4 * i + 3) * ld + c] = b[i][1] - b[i][3];
+      }
+    }
+  }
+}
+
+// y = leaky(A^T M A + bias) for the real tiles in [t_begin, t_end).
+void wino_output(const float* m, const DnnlPlan& p, int64_t t0, int64_t t_begin, int64_t t_end, const float* bias,
+                 float alpha, float* y) {
+  const Geometry& g = p.g;
+  const int64_t ld = p.chunk * g.cout;
+  for (int64_t t = t_begin; t < t_end; ++t) {
+    const int64_t n = t / (p.th * p.tw), r = t % (p.th * p.tw);
+    const int64_t oy = 2 * (r / p.tw), ox = 2 * (r % p.tw);
+    const float* src = m + (t - t0) * g.cout;
+    float* dst[2][2];
+    for (int a = 0; a < 2; ++a)
+      for (int c = 0; c < 2; ++c)
+        dst[a][c] = oy + a < g.oh && ox + c < g.ow ? y + ((n * g.oh + oy + a) * g.ow + ox + c) * g.cout : nullptr;
+    float tmp[2][2][64];
+    for (int64_t o0 = 0; o0 < g.cout; o0 += 64) {
+      const int64_t cols = std::min<int64_t>(64, g.cout - o0);
+#pragma omp simd
+      for (int64_t o = 0; o < cols; ++o) {
+        float mm[4][4], r0[4], r1[4];
+        for (int k = 0; k < 16; ++k) mm[k / 4][k % 4] = src[k * ld + o0 + o];
+        for (int j = 0; j < 4; ++j) {
+          r0[j] = mm[0][j] + mm[1][j] + mm[2][j];
+          r1[j] = mm[1][j] - mm[2][j] - mm[3][j];
+        }
+        const float z[2][2] = {{r0[0] + r0[1] + r0[2], r0[1] - r0[2] - r0[3]},
+                               {r1[0] + r1[1] + r1[2], r1[1] - r1[2] - r1[3]}};
+        for (int a = 0; a < 2; ++a)
+          for (int c = 0; c < 2; ++c) {
+            const float v = z[a][c] + bias[o0 + o];
+            tmp[a][c][o] = v > 0.0f ? v : v * alpha;
+          }
+      }
+      for (int a = 0; a < 2; ++a)
+        for (int c = 0; c < 2; ++c)
+          if (dst[a][c]) std::memcpy(dst[a][c] + o0, tmp[a][c], sizeof(float) * cols);
+    }
+  }
+}
+
+// Scratch for V and M, per calling thread (onnxruntime runs one node at a time
+// on a thread), kept between calls.
+float* scratch(int64_t floats) {
+  thread_local Buffer buf;
+  thread_local int64_t have = 0;
+  if (floats > have) {
+    buf = aligned(floats);
+    have = floats;
+  }
+  return buf.get();
+}
+
+void run_wino(const DnnlPlan& p, const float* x, const float* bias, float alpha, float* y) {
+  const Geometry& g = p.g;
+  const int64_t v_size = 16 * p.chunk * g.cin, m_size = 16 * p.chunk * g.cout;
+  float* v = scratch(v_size + m_size + g.cin);
+  float* m = v + v_size;
+  float* zeros = m + m_size;
+  std::memset(zeros, 0, g.cin * sizeof(float));
+  dnnl::memory vm(p.v_md, engine(), v), mm(p.m_md, engine(), m);
+  dnnl::stream st(engine());
+  const int64_t tasks = 16;
+  for (int64_t t0 = 0; t0 < p.tiles; t0 += p.chunk) {
+    const int64_t per = (p.chunk + tasks - 1) / tasks;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < tasks; ++i) {
+      const int64_t b = t0 + i * per, e = std::min(t0 + p.chunk, b + per);
+      if (b < e) wino_input(x, p, t0, b, e, zeros, v);
+    }
+    p.prim.execute(st, {{DNNL_ARG_SRC, vm}, {DNNL_ARG_WEIGHTS, p.weights}, {DNNL_ARG_DST, mm}});
+    st.wait();
+    const int64_t real = std::min(p.chunk, p.tiles - t0), per_out = (real + tasks - 1) / tasks;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < tasks; ++i) {
+      const int64_t b = t0 + i * per_out, e = std::min(t0 + real, b + per_out);
+      if (b < e) wino_output(m, p, t0, b, e, bias, alpha, y);
+    }
+  }
+}
+
+void run_direct(const DnnlPlan& p, const float* x, float* y) {
+  const Geometry& g = p.g;
+  using tag = dnnl::memory::format_tag;
+  using dt = dnnl::memory::data_type;
+  dnnl::memory src({{g.n, g.cin, g.h, g.w}, dt::f32, tag::nhwc}, engine(), const_cast<float*>(x));
+  dnnl::memory dst({{g.n, g.cout, g.oh, g.ow}, dt::f32, tag::nhwc}, engine(), y);
+  dnnl::stream st(engine());
+  p.prim.execute(st, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, p.weights}, {DNNL_ARG_BIAS, p.bias},
+                      {DNNL_ARG_DST, dst}});
+  st.wait();
+}
+
+bool env_is(const char* name, const char* value) {
+  const char* v = std::getenv(name);
+  return v && std::string(v) == value;
+}
+
+// The folded constant filter and its plans, one per input geometry.
+struct DnnlRoad {
+  std::vector<float> w, bias;
+  int64_t pb = 0, pr = 0;
+  float alpha = 0.1f;
+  bool winograd = true;
+  std::mutex mu;
+  std::map<std::tuple<int64_t, int64_t, int64_t>, std::shared_ptr<DnnlPlan>> plans;  // null: no oneDNN road
+
+  std::shared_ptr<DnnlPlan> plan(const Geometry& g) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto key = std::make_tuple(g.n, g.h, g.w);
+    auto it = plans.find(key);
+    if (it != plans.end()) return it->second;
+    std::shared_ptr<DnnlPlan> p;
+    try {
+      if (winograd && wino_eligible(g)) p = wino_plan(g, w);
+      if (!p) p = direct_plan(g, w, bias, pb, pr, alpha);
+    } catch (const dnnl::error&) {
+      p = nullptr;  // no oneDNN implementation for this geometry: the GEMM road serves it
+    }
+    plans[key] = p;
+    return p;
+  }
+
+  bool run(const Geometry& g, const float* x, float* y);
+};
+#endif  // BRIDGE_HAVE_DNNL
+
+// Calls per road ("gemm", "onednn-direct", "onednn-winograd"): tests check
+// which road a session took through bridge_ort_conv_calls().
+std::atomic<uint64_t> g_road_calls[3];
+const char* const kRoads[3] = {"gemm", "onednn-direct", "onednn-winograd"};
+
+#if BRIDGE_HAVE_DNNL
+bool DnnlRoad::run(const Geometry& g, const float* x, float* y) {
+  std::shared_ptr<DnnlPlan> p = plan(g);
+  if (!p) return false;
+  if (p->wino)
+    run_wino(*p, x, bias.data(), alpha, y);
+  else
+    run_direct(*p, x, y);
+  g_road_calls[p->wino ? 2 : 1].fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+#endif
+
 std::vector<float> to_float(const View& v) {
   std::vector<float> out(v.size());
   if (is_half(v))
@@ -213,6 +550,10 @@ struct YoloConvBnLeaky : Kernel {
   float eps, alpha;
   std::unique_ptr<Packed> constant;  // folded at creation when all parameters are initializers
   std::vector<int64_t> constant_filter_shape;
+#if BRIDGE_HAVE_DNNL
+  std::unique_ptr<DnnlRoad> onednn;  // float32 constant parameters, unless BRIDGE_ORT_CONV=gemm
+  std::once_flag pack_once;
+#endif
 
   YoloConvBnLeaky(const Attrs& a, const OrtKernelInfo* info) {
     auto strides = a.ints("strides"), dil = a.ints("dilations"), pads = a.ints("pads");
@@ -250,8 +591,34 @@ struct YoloConvBnLeaky : Kernel {
     std::vector<std::vector<float>> fl;
     for (const View& v : views) fl.push_back(to_float(v));
     const float* params[5] = {fl[1].data(), fl[2].data(), fl[3].data(), fl[4].data(), fl[5].data()};
-    constant.reset(new Packed(fold_pack(fl[0].data(), params, f.shape[0] * f.shape[1] * f.shape[2], cout, eps)));
+    const int64_t k = f.shape[0] * f.shape[1] * f.shape[2];
     constant_filter_shape = f.shape;
+#if BRIDGE_HAVE_DNNL
+    if (!is_half(f) && !env_is("BRIDGE_ORT_CONV", "gemm")) {
+      onednn.reset(new DnnlRoad());
+      fold(fl[0].data(), params, k, cout, eps, &onednn->w, &onednn->bias);
+      onednn->pb = pb;
+      onednn->pr = pr;
+      onednn->alpha = alpha;
+      onednn->winograd = !env_is("BRIDGE_CONV_WINOGRAD", "off");
+      return;  // the GEMM's panels only if a geometry has no oneDNN road (constant_packed)
+    }
+#endif
+    constant.reset(new Packed(fold_pack(fl[0].data(), params, k, cout, eps)));
+  }
+
+  // The constant parameters as GEMM panels, or null when they are not constant.
+  const Packed* constant_packed() {
+#if BRIDGE_HAVE_DNNL
+    if (onednn) {
+      std::call_once(pack_once, [this] {
+        const int64_t cout = static_cast<int64_t>(onednn->bias.size());
+        constant.reset(new Packed(pack(onednn->w.data(), onednn->bias.data(),
+                                       static_cast<int64_t>(onednn->w.size()) / cout, cout)));
+      });
+    }
+#endif
+    return constant.get();
   }
 
   void compute(Ctx& ctx) override {
@@ -276,8 +643,12 @@ struct YoloConvBnLeaky : Kernel {
     void* out = ctx.output(0, out_shape);
     if (g.n * g.oh * g.ow * g.cout == 0) return;
 
+#if BRIDGE_HAVE_DNNL
+    if (onednn && constant_filter_shape == f.shape && onednn->run(g, x.as<float>(), static_cast<float*>(out)))
+      return;
+#endif
     Packed folded;
-    const Packed* packed = constant.get();
+    const Packed* packed = constant_packed();
     if (!packed || constant_filter_shape != f.shape) {
       std::vector<std::vector<float>> fl;
       for (size_t i = 1; i < 7; ++i) fl.push_back(to_float(in[i]));
@@ -285,6 +656,7 @@ struct YoloConvBnLeaky : Kernel {
       folded = fold_pack(fl[0].data(), params, g.kh * g.kw * g.cin, g.cout, eps);
       packed = &folded;
     }
+    g_road_calls[0].fetch_add(1, std::memory_order_relaxed);
     if (!is_half(x)) {
       conv_gemm(ctx, x.as<float>(), g, *packed, alpha, static_cast<float*>(out));
       return;
@@ -322,3 +694,9 @@ const int kRegistered = register_op(&kDef);
 
 }  // namespace
 }  // namespace bridge
+
+extern "C" __attribute__((visibility("default"))) uint64_t bridge_ort_conv_calls(const char* road) {
+  for (int i = 0; i < 3; ++i)
+    if (std::string(road) == bridge::kRoads[i]) return bridge::g_road_calls[i].load();
+  return 0;
+}
