@@ -58,3 +58,20 @@ def test_cli_runs_as_module():
     assert r.returncode == 0, r.stderr
     for command in ("build", "ops", "export", "parity"):
         assert command in r.stdout
+
+
+def test_the_wheel_carries_every_file_the_packages_need(tmp_path):
+    """A non-editable install must find the C++ sources, CMake files and data it builds from."""
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), str(ROOT)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    import zipfile
+    (wheel,) = tmp_path.glob("*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True).stdout.split()
+    if not tracked:
+        pytest.skip("not a git checkout")
+    prefix = {folder: name.replace(".", "/") for folder, name in TOP.items()}
+    missing = [f for f in tracked if f.split("/")[0] in prefix
+               and prefix[f.split("/")[0]] + f[len(f.split("/")[0]):] not in names]
+    assert not missing, f"tracked files missing from the wheel: {missing}"
