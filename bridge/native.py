@@ -261,13 +261,15 @@ def ort_build(portable: Optional[bool] = None, fetch: bool = True) -> Optional[B
         except ort_headers.HeaderError as e:
             raise BuildError(str(e)) from e
     source = _package_dir("bridge.onnx_plugins") / "native"
-    options = {"ORT_INCLUDE_DIR": str(include)}
+    # The oneDNN/Winograd convolution core is shared with the TensorFlow kernel.
+    tf_ops_dir = _package_dir("bridge.tf_ops")
+    options = {"ORT_INCLUDE_DIR": str(include), "BRIDGE_TF_OPS_DIR": str(tf_ops_dir)}
     dnnl = onednn_root()
     if dnnl:
         options["BRIDGE_DNNL_ROOT"] = str(dnnl)
     b = Build(name="ort", source_dir=source, binds_to=f"ort{ort_headers.api_version(include)}",
               target_file="libbridge_ort_ops.so", options=options,
-              extra_sources=[include / ort_headers.MAIN_HEADER],
+              extra_sources=[include / ort_headers.MAIN_HEADER, tf_ops_dir / "cpu" / "conv_core.h"],
               describe="the onnxruntime kernels")
     if portable is not None:
         b.portable = portable

@@ -56,6 +56,7 @@
 #include "unsupported/Eigen/CXX11/Tensor"
 
 #if BRIDGE_HAVE_DNNL
+#include "cpu/conv_core.h"
 #include "oneapi/dnnl/dnnl.hpp"
 #endif
 
@@ -377,9 +378,14 @@ void ConvEigen(OpKernelContext* ctx, const Geometry& g, const T* x, const float*
 // -- the oneDNN road ---------------------------------------------------------------
 
 #if BRIDGE_HAVE_DNNL
-dnnl::engine& DnnlEngine() {
-  static dnnl::engine* engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
-  return *engine;
+// The engine, Winograd and the fast-implementation test: cpu/conv_core.h, shared
+// with the onnxruntime kernel.
+using conv_core::DnnlEngine;
+using conv_core::FastImpl;
+using conv_core::WinoPlan;
+
+conv_core::ConvShape Shape(const Geometry& g) {
+  return {g.n, g.h, g.w, g.cin, g.kh, g.kw, g.cout, g.oh, g.ow, g.sh, g.sw, g.dh, g.dw, g.pad_top, g.pad_left};
 }
 
 // The fold is applied by post-ops (z * s, + b', LeakyReLU) on both primitives, so
@@ -393,168 +399,6 @@ dnnl::primitive_attr FoldPostOps(const dnnl::memory::desc& channel_md, float alp
   dnnl::primitive_attr attr;
   attr.set_post_ops(ops);
   return attr;
-}
-
-bool FastImpl(const std::string& impl) { return impl.rfind("brg", 0) == 0 || impl.rfind("jit", 0) == 0; }
-
-// -- Winograd F(2x2, 3x3) -----------------------------------------------------------
-// For 3x3 stride-1 layers with many channels: each 2x2 output tile comes from a
-// 4x4 input tile through 16 independent channel GEMMs, 16 multiplies per tile
-// and channel pair instead of 36 (2.25x fewer). Transforms (Lavin & Gray's):
-//   V = B^T d B, U = G g G^T, y = A^T (V .* U summed over Cin) A, with
-//   B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1], G = [1 0 0; .5 .5 .5; .5 -.5 .5; 0 0 1],
-//   A^T = [1 1 1 0; 0 1 -1 -1].
-// Their coefficients are 0, +-1 and +-1/2, so rounding stays at a few ulps of
-// the GEMM's inputs. The filter transform runs once per packed filter; the
-// GEMMs are one batched oneDNN matmul [16, tiles, Cin] x [16, Cin, Cout] over
-// chunks of tiles small enough for V and M to stay in cache.
-
-constexpr int64_t kWinoChunkBytes = 6 << 20;
-
-struct WinoPlan {
-  int64_t th = 0, tw = 0, tiles = 0, chunk = 0;  // tiles per GEMM chunk (the last one padded)
-  dnnl::matmul::primitive_desc pd;
-  dnnl::matmul mm;
-  dnnl::memory::desc src_md, dst_md, user_w_md;
-  dnnl::reorder pack;
-};
-
-// Measured on YOLOv3's layers (2 cores, AVX-512): Cin=64 at 104x104 ran 0.75x of
-// direct (too little work per transform); down to 13x13 with Cin >= 128 it still
-// won (1.1-1.4x), in the whole model too, although U is 16/9 of the filter.
-bool WinoEligible(const Geometry& g) {
-  return g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && g.cin >= 128 &&
-         g.cout >= 64 && g.oh * g.ow >= 100;
-}
-
-std::unique_ptr<WinoPlan> MakeWinoPlan(const Geometry& g) {
-  using tag = dnnl::memory::format_tag;
-  using dt = dnnl::memory::data_type;
-  auto p = std::make_unique<WinoPlan>();
-  p->th = (g.oh + 1) / 2;
-  p->tw = (g.ow + 1) / 2;
-  p->tiles = g.n * p->th * p->tw;
-  const int64_t per_tile = 16 * (g.cin + g.cout) * 4;
-  // Equal chunks: the last one is padded up to the chunk size, and padding is work.
-  const int64_t chunks = std::max<int64_t>(1, (p->tiles * per_tile + kWinoChunkBytes - 1) / kWinoChunkBytes);
-  p->chunk = (p->tiles + chunks - 1) / chunks;
-  p->src_md = dnnl::memory::desc({16, p->chunk, g.cin}, dt::f32, tag::abc);
-  p->dst_md = dnnl::memory::desc({16, p->chunk, g.cout}, dt::f32, tag::abc);
-  p->user_w_md = dnnl::memory::desc({16, g.cin, g.cout}, dt::f32, tag::abc);
-  dnnl::memory::desc w_any({16, g.cin, g.cout}, dt::f32, tag::any);
-  p->pd = dnnl::matmul::primitive_desc(DnnlEngine(), p->src_md, w_any, p->dst_md);
-  if (std::string(p->pd.impl_info_str()).rfind("brg", 0) != 0) return nullptr;  // no fast GEMM: not worth it
-  p->mm = dnnl::matmul(p->pd);
-  p->pack = dnnl::reorder(dnnl::reorder::primitive_desc(DnnlEngine(), p->user_w_md, DnnlEngine(),
-                                                        p->pd.weights_desc()));
-  return p;
-}
-
-// U[k][c][o] = (G g G^T)[k] for the HWIO filter's (c, o) pair, k = 4*row + col.
-void WinoFilter(const float* f, int64_t cin, int64_t cout, int64_t c0, int64_t c1, float* u) {
-  const int64_t plane = cin * cout;
-  for (int64_t c = c0; c < c1; ++c) {
-    const float* g = f + c * cout;  // g[(ky*3 + kx) * plane + o]
-    float* dst = u + c * cout;
-#pragma omp simd
-    for (int64_t o = 0; o < cout; ++o) {
-      float gr[3][3], r[4][3];
-      for (int i = 0; i < 9; ++i) gr[i / 3][i % 3] = g[i * plane + o];
-      for (int j = 0; j < 3; ++j) {
-        r[0][j] = gr[0][j];
-        r[1][j] = 0.5f * (gr[0][j] + gr[1][j] + gr[2][j]);
-        r[2][j] = 0.5f * (gr[0][j] - gr[1][j] + gr[2][j]);
-        r[3][j] = gr[2][j];
-      }
-      for (int i = 0; i < 4; ++i) {
-        dst[(4 * i + 0) * plane + o] = r[i][0];
-        dst[(4 * i + 1) * plane + o] = 0.5f * (r[i][0] + r[i][1] + r[i][2]);
-        dst[(4 * i + 2) * plane + o] = 0.5f * (r[i][0] - r[i][1] + r[i][2]);
-        dst[(4 * i + 3) * plane + o] = r[i][2];
-      }
-    }
-  }
-}
-
-// V[k][t - t0][c] = (B^T d B)[k] for tiles t in [t_begin, t_end); tiles past the
-// last one (padding of the final chunk) read zeros.
-void WinoInput(const float* x, const Geometry& g, const WinoPlan& w, int64_t t0, int64_t t_begin, int64_t t_end,
-               const float* zeros, float* v) {
-  const int64_t ld = w.chunk * g.cin;
-  for (int64_t t = t_begin; t < t_end; ++t) {
-    const float* d[4][4];
-    const int64_t n = t / (w.th * w.tw), r = t % (w.th * w.tw);
-    const int64_t iy0 = 2 * (r / w.tw) - g.pad_top, ix0 = 2 * (r % w.tw) - g.pad_left;
-    for (int i = 0; i < 4; ++i) {
-      for (int j = 0; j < 4; ++j) {
-        const int64_t iy = iy0 + i, ix = ix0 + j;
-        const bool inside = t < w.tiles && iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
-        d[i][j] = inside ? x + ((n * g.h + iy) * g.w + ix) * g.cin : zeros;
-      }
-    }
-    float* out = v + (t - t0) * g.cin;
-#pragma omp simd
-    for (int64_t c = 0; c < g.cin; ++c) {
-      float b[4][4];
-      for (int j = 0; j < 4; ++j) {
-        const float d0 = d[0][j][c], d1 = d[1][j][c], d2 = d[2][j][c], d3 = d[3][j][c];
-        b[0][j] = d0 - d2;
-        b[1][j] = d1 + d2;
-        b[2][j] = d2 - d1;
-        b[3][j] = d1 - d3;
-      }
-      for (int i = 0; i < 4; ++i) {
-        out[(4 * i + 0) * ld + c] = b[i][0] - b[i][2];
-        out[(4 * i + 1) * ld + c] = b[i][1] + b[i][2];
-        out[(4 * i + 2) * ld + c] = b[i][2] - b[i][1];
-        out[(4 * i + 3) * ld + c] = b[i][1] - b[i][3];
-      }
-    }
-  }
-}
-
-// y = leaky((A^T M A) * s + b') for tiles [t_begin, t_end) (within the real tiles).
-void WinoOutput(const float* m, const Geometry& g, const WinoPlan& w, int64_t t0, int64_t t_begin, int64_t t_end,
-                const float* s, const float* b, float alpha, float* y) {
-  const int64_t ld = w.chunk * g.cout;
-  for (int64_t t = t_begin; t < t_end; ++t) {
-    const int64_t n = t / (w.th * w.tw), r = t % (w.th * w.tw);
-    const int64_t oy = 2 * (r / w.tw), ox = 2 * (r % w.tw);
-    const float* src = m + (t - t0) * g.cout;
-    float* dst[2][2];
-    for (int a = 0; a < 2; ++a) {
-      for (int c = 0; c < 2; ++c) {
-        const bool inside = oy + a < g.oh && ox + c < g.ow;
-        dst[a][c] = inside ? y + ((n * g.oh + oy + a) * g.ow + ox + c) * g.cout : nullptr;
-      }
-    }
-    float tmp[2][2][64];
-    for (int64_t o0 = 0; o0 < g.cout; o0 += 64) {
-      const int64_t cols = std::min<int64_t>(64, g.cout - o0);
-#pragma omp simd
-      for (int64_t o = 0; o < cols; ++o) {
-        float mm[4][4], r0[4], r1[4];
-        for (int k = 0; k < 16; ++k) mm[k / 4][k % 4] = src[k * ld + o0 + o];
-        for (int j = 0; j < 4; ++j) {
-          r0[j] = mm[0][j] + mm[1][j] + mm[2][j];
-          r1[j] = mm[1][j] - mm[2][j] - mm[3][j];
-        }
-        const float z[2][2] = {{r0[0] + r0[1] + r0[2], r0[1] - r0[2] - r0[3]},
-                               {r1[0] + r1[1] + r1[2], r1[1] - r1[2] - r1[3]}};
-        for (int a = 0; a < 2; ++a) {
-          for (int c = 0; c < 2; ++c) {
-            const float v = z[a][c] * s[o0 + o] + b[o0 + o];
-            tmp[a][c][o] = v > 0.0f ? v : v * alpha;
-          }
-        }
-      }
-      for (int a = 0; a < 2; ++a) {
-        for (int c = 0; c < 2; ++c) {
-          if (dst[a][c]) std::memcpy(dst[a][c] + o0, tmp[a][c], sizeof(float) * cols);
-        }
-      }
-    }
-  }
 }
 
 // What primitive creation (~ms each) produced for one geometry:
@@ -580,9 +424,9 @@ struct DnnlConv {
 
   bool EnsureWino() {
     std::call_once(wino_once, [this] {
-      if (!WinoEligible(g)) return;
+      if (!conv_core::WinoEligible(Shape(g))) return;
       try {
-        wino = MakeWinoPlan(g);
+        wino = conv_core::MakeWinoPlan(Shape(g));
       } catch (const dnnl::error&) {
         wino = nullptr;
       }
@@ -601,7 +445,7 @@ struct DnnlConv {
             engine, dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src_md, weights_any,
             dst_md, strides, dilations, pad_l, pad_r, FoldPostOps(channel_md, alpha));
         blocked = dnnl::convolution_forward(blocked_pd);
-        blocked_brgemm = std::string(blocked_pd.impl_info_str()).rfind("brg", 0) == 0;
+        blocked_brgemm = conv_core::Brgemm(blocked_pd.impl_info_str());
         pack = dnnl::reorder(dnnl::reorder::primitive_desc(engine, user_weights_md, engine,
                                                            blocked_pd.weights_desc()));
         blocked_ok = true;
@@ -832,7 +676,7 @@ class YoloConvBnLeakyOp : public OpKernel {
       float* u = u_t.flat<float>().data();
       const float* f = filter.flat<float>().data();
       ParallelRows(ctx, g.cin, 40 * g.cout,
-                   [&](int64_t begin, int64_t end) { WinoFilter(f, g.cin, g.cout, begin, end, u); });
+                   [&](int64_t begin, int64_t end) { conv_core::WinoFilter(f, g.cin, g.cout, begin, end, u); });
       dnnl::memory user_u(conv->wino->user_w_md, engine, u);
       conv->wino->pack.execute(stream, {{DNNL_ARG_FROM, user_u}, {DNNL_ARG_TO, w}});
     } else {
@@ -859,20 +703,9 @@ class YoloConvBnLeakyOp : public OpKernel {
     std::fill(zeros, zeros + g.cin, 0.0f);
     const float* x = ctx->input(0).flat<float>().data();
     float* y = ctx->mutable_output(0)->flat<float>().data();
-    auto& engine = DnnlEngine();
-    dnnl::stream stream(engine);
-    dnnl::memory src(w.src_md, engine, v), dst(w.dst_md, engine, m),
-        weights(packed.md, engine, const_cast<float*>(packed.blocked.flat<float>().data()));
-    for (int64_t t0 = 0; t0 < w.tiles; t0 += w.chunk) {
-      ParallelRows(ctx, w.chunk, 40 * g.cin, [&](int64_t begin, int64_t end) {
-        WinoInput(x, g, w, t0, t0 + begin, t0 + end, zeros, v);
-      });
-      w.mm.execute(stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}});
-      stream.wait();
-      ParallelRows(ctx, std::min(w.chunk, w.tiles - t0), 60 * g.cout, [&](int64_t begin, int64_t end) {
-        WinoOutput(m, g, w, t0, t0 + begin, t0 + end, s, s + g.cout, attrs_.alpha, y);
-      });
-    }
+    dnnl::memory weights(packed.md, DnnlEngine(), const_cast<float*>(packed.blocked.flat<float>().data()));
+    conv_core::WinoRun(w, weights, x, s, s + g.cout, attrs_.alpha, v, m, zeros, y,
+                       [ctx](int64_t count, int64_t cost, auto&& fn) { ParallelRows(ctx, count, cost, fn); });
   }
 
   void RunDnnl(OpKernelContext* ctx, DnnlConv* conv, const Geometry& g, float* s) {

@@ -34,6 +34,7 @@
 #include "bridge_ort.h"
 
 #if BRIDGE_HAVE_DNNL
+#include "cpu/conv_core.h"
 #include "oneapi/dnnl/dnnl.hpp"
 #endif
 
@@ -238,89 +239,34 @@ void conv_gemm(Ctx& ctx, const float* x, const Geometry& g, const Packed& p, flo
 
 #if BRIDGE_HAVE_DNNL
 // -- oneDNN -------------------------------------------------------------------------
-dnnl::engine& engine() {
-  static dnnl::engine* e = new dnnl::engine(dnnl::engine::kind::cpu, 0);
-  return *e;
-}
+// The engine, Winograd F(2x2,3x3) and the fast-implementation test:
+// tf_ops/cpu/conv_core.h, shared with the TensorFlow kernel.
+using conv_core::DnnlEngine;
 
-bool fast_impl(const char* impl) {
-  const std::string s(impl);
-  return s.rfind("brg", 0) == 0 || s.rfind("jit", 0) == 0;
-}
-
-// Winograd F(2x2,3x3) (Lavin & Gray): per 2x2 output tile, V = B^T d B of its
-// 4x4 input tile, M[k] = V[k] . U[k] summed over Cin for each of the 16
-// positions k (one batched GEMM [16, tiles, Cin] x [16, Cin, Cout]), y = A^T M A.
-// U = G g G^T of the folded filter, made once. Coefficients are 0, +-1, +-1/2.
-constexpr int64_t kWinoChunkBytes = 6 << 20;  // V and M of one chunk of tiles stay in cache
-
-// YOLOv3's 3x3 stride-1 layers; at Cin = 64 the transforms cost more than they save
-bool wino_eligible(const Geometry& g) {
-  return g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && g.cin >= 128 &&
-         g.cout >= 64 && g.oh * g.ow >= 100;
-}
-
-// U[k][c][o] for k = 4*row + col, from the folded HWIO filter w.
-std::vector<float> wino_filter(const float* w, int64_t cin, int64_t cout) {
-  const int64_t plane = cin * cout;
-  std::vector<float> u(16 * plane);
-  for (int64_t c = 0; c < cin; ++c) {
-    const float* g = w + c * cout;
-    float* dst = u.data() + c * cout;
-    for (int64_t o = 0; o < cout; ++o) {
-      float t[3][3], r[4][3];
-      for (int i = 0; i < 9; ++i) t[i / 3][i % 3] = g[i * plane + o];
-      for (int j = 0; j < 3; ++j) {
-        r[0][j] = t[0][j];
-        r[1][j] = 0.5f * (t[0][j] + t[1][j] + t[2][j]);
-        r[2][j] = 0.5f * (t[0][j] - t[1][j] + t[2][j]);
-        r[3][j] = t[2][j];
-      }
-      for (int i = 0; i < 4; ++i) {
-        dst[(4 * i + 0) * plane + o] = r[i][0];
-        dst[(4 * i + 1) * plane + o] = 0.5f * (r[i][0] + r[i][1] + r[i][2]);
-        dst[(4 * i + 2) * plane + o] = 0.5f * (r[i][0] - r[i][1] + r[i][2]);
-        dst[(4 * i + 3) * plane + o] = r[i][2];
-      }
-    }
-  }
-  return u;
+conv_core::ConvShape shape(const Geometry& g) {
+  return {g.n, g.h, g.w, g.cin, g.kh, g.kw, g.cout, g.oh, g.ow, g.sh, g.sw, g.dh, g.dw, g.pt, g.pl};
 }
 
 // One input geometry's primitives and packed weights.
 struct DnnlPlan {
   Geometry g;
-  bool wino = false;
+  std::unique_ptr<conv_core::WinoPlan> wino;  // null: oneDNN's direct convolution (prim)
   dnnl::primitive prim;
   dnnl::memory weights, bias;
-  int64_t th = 0, tw = 0, tiles = 0, chunk = 0;  // Winograd tiling
-  dnnl::memory::desc v_md, m_md;
 };
 
+// Winograd on U = G g G^T of the folded filter, made once.
 std::unique_ptr<DnnlPlan> wino_plan(const Geometry& g, const std::vector<float>& w) {
-  using tag = dnnl::memory::format_tag;
-  using dt = dnnl::memory::data_type;
   auto p = std::make_unique<DnnlPlan>();
   p->g = g;
-  p->wino = true;
-  p->th = (g.oh + 1) / 2;
-  p->tw = (g.ow + 1) / 2;
-  p->tiles = g.n * p->th * p->tw;
-  const int64_t per_tile = 16 * (g.cin + g.cout) * 4;
-  const int64_t chunks = std::max<int64_t>(1, (p->tiles * per_tile + kWinoChunkBytes - 1) / kWinoChunkBytes);
-  p->chunk = (p->tiles + chunks - 1) / chunks;  // equal chunks: padding the last one is work
-  p->v_md = dnnl::memory::desc({16, p->chunk, g.cin}, dt::f32, tag::abc);
-  p->m_md = dnnl::memory::desc({16, p->chunk, g.cout}, dt::f32, tag::abc);
-  dnnl::memory::desc user_md({16, g.cin, g.cout}, dt::f32, tag::abc);
-  dnnl::matmul::primitive_desc pd(engine(), p->v_md, dnnl::memory::desc({16, g.cin, g.cout}, dt::f32, tag::any),
-                                  p->m_md);
-  if (std::string(pd.impl_info_str()).rfind("brg", 0) != 0) return nullptr;  // no fast GEMM: direct instead
-  p->prim = dnnl::matmul(pd);
-  std::vector<float> u = wino_filter(w.data(), g.cin, g.cout);
-  dnnl::memory user(user_md, engine(), u.data());
-  p->weights = dnnl::memory(pd.weights_desc(), engine());
-  dnnl::stream st(engine());
-  dnnl::reorder(user, p->weights).execute(st, user, p->weights);
+  p->wino = conv_core::MakeWinoPlan(shape(g));
+  if (!p->wino) return nullptr;  // no fast GEMM: direct instead
+  std::vector<float> u(16 * g.cin * g.cout);
+  conv_core::WinoFilter(w.data(), g.cin, g.cout, 0, g.cin, u.data());
+  dnnl::memory user(p->wino->user_w_md, DnnlEngine(), u.data());
+  p->weights = dnnl::memory(p->wino->pd.weights_desc(), DnnlEngine());
+  dnnl::stream st(DnnlEngine());
+  p->wino->pack.execute(st, user, p->weights);
   st.wait();
   return p;
 }
@@ -341,93 +287,19 @@ std::unique_ptr<DnnlPlan> direct_plan(const Geometry& g, const std::vector<float
   dnnl::primitive_attr attr;
   attr.set_post_ops(ops);
   dnnl::convolution_forward::primitive_desc pd(
-      engine(), dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src, any_w, bias_md, dst,
+      DnnlEngine(), dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src, any_w, bias_md, dst,
       {g.sh, g.sw}, {g.dh - 1, g.dw - 1}, {g.pt, g.pl}, {pb, pr}, attr);
-  if (!fast_impl(pd.impl_info_str())) return nullptr;  // a reference implementation: the GEMM road is faster
+  // a reference implementation: the GEMM road is faster
+  if (!conv_core::FastImpl(pd.impl_info_str())) return nullptr;
   p->prim = dnnl::convolution_forward(pd);
-  dnnl::memory user(user_w, engine(), const_cast<float*>(w.data()));
-  p->weights = dnnl::memory(pd.weights_desc(), engine());
-  p->bias = dnnl::memory(bias_md, engine());
+  dnnl::memory user(user_w, DnnlEngine(), const_cast<float*>(w.data()));
+  p->weights = dnnl::memory(pd.weights_desc(), DnnlEngine());
+  p->bias = dnnl::memory(bias_md, DnnlEngine());
   std::memcpy(p->bias.get_data_handle(), b.data(), b.size() * sizeof(float));
-  dnnl::stream st(engine());
+  dnnl::stream st(DnnlEngine());
   dnnl::reorder(user, p->weights).execute(st, user, p->weights);
   st.wait();
   return p;
-}
-
-// V[k][t - t0][c] for tiles [t_begin, t_end); tiles past the last read zeros.
-void wino_input(const float* x, const DnnlPlan& p, int64_t t0, int64_t t_begin, int64_t t_end, const float* zeros,
-                float* v) {
-  const Geometry& g = p.g;
-  const int64_t ld = p.chunk * g.cin;
-  for (int64_t t = t_begin; t < t_end; ++t) {
-    const float* d[4][4];
-    const int64_t n = t / (p.th * p.tw), r = t % (p.th * p.tw);
-    const int64_t iy0 = 2 * (r / p.tw) - g.pt, ix0 = 2 * (r % p.tw) - g.pl;
-    for (int i = 0; i < 4; ++i)
-      for (int j = 0; j < 4; ++j) {
-        const int64_t iy = iy0 + i, ix = ix0 + j;
-        const bool inside = t < p.tiles && iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
-        d[i][j] = inside ? x + ((n * g.h + iy) * g.w + ix) * g.cin : zeros;
-      }
-    float* out = v + (t - t0) * g.cin;
-#pragma omp simd
-    for (int64_t c = 0; c < g.cin; ++c) {
-      float b[4][4];
-      for (int j = 0; j < 4; ++j) {
-        const float d0 = d[0][j][c], d1 = d[1][j][c], d2 = d[2][j][c], d3 = d[3][j][c];
-        b[0][j] = d0 - d2;
-        b[1][j] = d1 + d2;
-        b[2][j] = d2 - d1;
-        b[3][j] = d1 - d3;
-      }
-      for (int i = 0; i < 4; ++i) {
-        out[(4 * i + 0) * ld + c] = b[i][0] - b[i][2];
-        out[(4 * i + 1) * ld + c] = b[i][1] + b[i][2];
-        out[(4 * i + 2) * ld + c] = b[i][2] - b[i][1];
-        out[(4 * i + 3) * ld + c] = b[i][1] - b[i][3];
-      }
-    }
-  }
-}
-
-// y = leaky(A^T M A + bias) for the real tiles in [t_begin, t_end).
-void wino_output(const float* m, const DnnlPlan& p, int64_t t0, int64_t t_begin, int64_t t_end, const float* bias,
-                 float alpha, float* y) {
-  const Geometry& g = p.g;
-  const int64_t ld = p.chunk * g.cout;
-  for (int64_t t = t_begin; t < t_end; ++t) {
-    const int64_t n = t / (p.th * p.tw), r = t % (p.th * p.tw);
-    const int64_t oy = 2 * (r / p.tw), ox = 2 * (r % p.tw);
-    const float* src = m + (t - t0) * g.cout;
-    float* dst[2][2];
-    for (int a = 0; a < 2; ++a)
-      for (int c = 0; c < 2; ++c)
-        dst[a][c] = oy + a < g.oh && ox + c < g.ow ? y + ((n * g.oh + oy + a) * g.ow + ox + c) * g.cout : nullptr;
-    float tmp[2][2][64];
-    for (int64_t o0 = 0; o0 < g.cout; o0 += 64) {
-      const int64_t cols = std::min<int64_t>(64, g.cout - o0);
-#pragma omp simd
-      for (int64_t o = 0; o < cols; ++o) {
-        float mm[4][4], r0[4], r1[4];
-        for (int k = 0; k < 16; ++k) mm[k / 4][k % 4] = src[k * ld + o0 + o];
-        for (int j = 0; j < 4; ++j) {
-          r0[j] = mm[0][j] + mm[1][j] + mm[2][j];
-          r1[j] = mm[1][j] - mm[2][j] - mm[3][j];
-        }
-        const float z[2][2] = {{r0[0] + r0[1] + r0[2], r0[1] - r0[2] - r0[3]},
-                               {r1[0] + r1[1] + r1[2], r1[1] - r1[2] - r1[3]}};
-        for (int a = 0; a < 2; ++a)
-          for (int c = 0; c < 2; ++c) {
-            const float v = z[a][c] + bias[o0 + o];
-            tmp[a][c][o] = v > 0.0f ? v : v * alpha;
-          }
-      }
-      for (int a = 0; a < 2; ++a)
-        for (int c = 0; c < 2; ++c)
-          if (dst[a][c]) std::memcpy(dst[a][c] + o0, tmp[a][c], sizeof(float) * cols);
-    }
-  }
 }
 
 // Scratch for V and M, per calling thread (onnxruntime runs one node at a time
@@ -442,41 +314,32 @@ float* scratch(int64_t floats) {
   return buf.get();
 }
 
+// The transforms run on OpenMP threads, as oneDNN's own (see the top of this file).
 void run_wino(const DnnlPlan& p, const float* x, const float* bias, float alpha, float* y) {
   const Geometry& g = p.g;
-  const int64_t v_size = 16 * p.chunk * g.cin, m_size = 16 * p.chunk * g.cout;
+  const conv_core::WinoPlan& w = *p.wino;
+  const int64_t v_size = 16 * w.chunk * g.cin, m_size = 16 * w.chunk * g.cout;
   float* v = scratch(v_size + m_size + g.cin);
   float* m = v + v_size;
   float* zeros = m + m_size;
   std::memset(zeros, 0, g.cin * sizeof(float));
-  dnnl::memory vm(p.v_md, engine(), v), mm(p.m_md, engine(), m);
-  dnnl::stream st(engine());
-  const int64_t tasks = 16;
-  for (int64_t t0 = 0; t0 < p.tiles; t0 += p.chunk) {
-    const int64_t per = (p.chunk + tasks - 1) / tasks;
+  conv_core::WinoRun(w, p.weights, x, nullptr, bias, alpha, v, m, zeros, y, [](int64_t count, int64_t, auto&& fn) {
+    const int64_t tasks = 16, per = (count + tasks - 1) / tasks;
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < tasks; ++i) {
-      const int64_t b = t0 + i * per, e = std::min(t0 + p.chunk, b + per);
-      if (b < e) wino_input(x, p, t0, b, e, zeros, v);
+      const int64_t b = i * per, e = std::min(count, b + per);
+      if (b < e) fn(b, e);
     }
-    p.prim.execute(st, {{DNNL_ARG_SRC, vm}, {DNNL_ARG_WEIGHTS, p.weights}, {DNNL_ARG_DST, mm}});
-    st.wait();
-    const int64_t real = std::min(p.chunk, p.tiles - t0), per_out = (real + tasks - 1) / tasks;
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < tasks; ++i) {
-      const int64_t b = t0 + i * per_out, e = std::min(t0 + real, b + per_out);
-      if (b < e) wino_output(m, p, t0, b, e, bias, alpha, y);
-    }
-  }
+  });
 }
 
 void run_direct(const DnnlPlan& p, const float* x, float* y) {
   const Geometry& g = p.g;
   using tag = dnnl::memory::format_tag;
   using dt = dnnl::memory::data_type;
-  dnnl::memory src({{g.n, g.cin, g.h, g.w}, dt::f32, tag::nhwc}, engine(), const_cast<float*>(x));
-  dnnl::memory dst({{g.n, g.cout, g.oh, g.ow}, dt::f32, tag::nhwc}, engine(), y);
-  dnnl::stream st(engine());
+  dnnl::memory src({{g.n, g.cin, g.h, g.w}, dt::f32, tag::nhwc}, DnnlEngine(), const_cast<float*>(x));
+  dnnl::memory dst({{g.n, g.cout, g.oh, g.ow}, dt::f32, tag::nhwc}, DnnlEngine(), y);
+  dnnl::stream st(DnnlEngine());
   p.prim.execute(st, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, p.weights}, {DNNL_ARG_BIAS, p.bias},
                       {DNNL_ARG_DST, dst}});
   st.wait();
@@ -503,7 +366,7 @@ struct DnnlRoad {
     if (it != plans.end()) return it->second;
     std::shared_ptr<DnnlPlan> p;
     try {
-      if (winograd && wino_eligible(g)) p = wino_plan(g, w);
+      if (winograd && conv_core::WinoEligible(shape(g))) p = wino_plan(g, w);
       if (!p) p = direct_plan(g, w, bias, pb, pr, alpha);
     } catch (const dnnl::error&) {
       p = nullptr;  // no oneDNN implementation for this geometry: the GEMM road serves it
