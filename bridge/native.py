@@ -269,7 +269,7 @@ def ort_build(portable: Optional[bool] = None, fetch: bool = True) -> Optional[B
         options["BRIDGE_DNNL_ROOT"] = str(dnnl)
     b = Build(name="ort", source_dir=source, binds_to=f"ort{ort_headers.api_version(include)}",
               target_file="libbridge_ort_ops.so", options=options,
-              extra_sources=[include / ort_headers.MAIN_HEADER, tf_ops_dir / "cpu" / "conv_core.h"],
+              extra_sources=[include / ort_headers.MAIN_HEADER, *sorted((tf_ops_dir / "cpu").glob("*"))],
               describe="the onnxruntime kernels")
     if portable is not None:
         b.portable = portable

@@ -12,14 +12,19 @@ def test_a_missing_compiler_names_the_fix(monkeypatch):
         native.cxx_compiler()
 
 
-def test_a_failed_compile_shows_the_log_and_the_fix(tmp_path, monkeypatch):
+def _project(tmp_path, monkeypatch, name, source):
+    """A one-file CMake library project in tmp_path, built into a cache of its own."""
     monkeypatch.setenv("BRIDGE_CACHE", str(tmp_path / "cache"))
     src = tmp_path / "src"
     src.mkdir()
     (src / "CMakeLists.txt").write_text(
-        "cmake_minimum_required(VERSION 3.18)\nproject(broken CXX)\nadd_library(broken SHARED broken.cc)\n")
-    (src / "broken.cc").write_text("int f() { return this_is_not_declared; }\n")
-    b = native.Build(name="broken", source_dir=src, binds_to="test", target_file="libbroken.so")
+        f"cmake_minimum_required(VERSION 3.18)\nproject({name} CXX)\nadd_library({name} SHARED {name}.cc)\n")
+    (src / f"{name}.cc").write_text(source)
+    return src, native.Build(name=name, source_dir=src, binds_to="test", target_file=f"lib{name}.so")
+
+
+def test_a_failed_compile_shows_the_log_and_the_fix(tmp_path, monkeypatch):
+    _, b = _project(tmp_path, monkeypatch, "broken", "int f() { return this_is_not_declared; }\n")
     with pytest.raises(native.BuildError) as e:
         b.library(quiet=True)
     assert "this_is_not_declared" in str(e.value)
@@ -28,13 +33,7 @@ def test_a_failed_compile_shows_the_log_and_the_fix(tmp_path, monkeypatch):
 
 
 def test_a_build_is_cached_by_its_inputs(tmp_path, monkeypatch):
-    monkeypatch.setenv("BRIDGE_CACHE", str(tmp_path / "cache"))
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "CMakeLists.txt").write_text(
-        "cmake_minimum_required(VERSION 3.18)\nproject(ok CXX)\nadd_library(ok SHARED ok.cc)\n")
-    (src / "ok.cc").write_text("extern \"C\" int answer() { return 42; }\n")
-    b = native.Build(name="ok", source_dir=src, binds_to="test", target_file="libok.so")
+    src, b = _project(tmp_path, monkeypatch, "ok", "extern \"C\" int answer() { return 42; }\n")
     lib = b.library(quiet=True)
     assert lib.exists() and native.read_build_info(lib)["binds_to"] == "test"
     assert b.library(quiet=True) == lib  # the second call finds it

@@ -4,32 +4,14 @@
 #include <cmath>
 
 #include "bridge_ort.h"
+#include "cpu/fast_math.h"
 
 namespace bridge {
 namespace {
 
 const char* kOp = "YoloDecode";
 
-// exp on a vector-friendly path (std::exp does not vectorise without
-// -ffast-math): 2^n * p(r) with x = n*ln2 + r, |r| <= ln2/2, a degree-6
-// polynomial; relative error ~2e-7, inputs clamped to float's range.
-inline float fast_exp(float x) {
-  x = std::min(88.f, std::max(-87.f, x));
-  const float n = std::nearbyint(x * 1.44269504088896341f);
-  const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
-  float p = 1.f / 720;
-  p = p * r + 1.f / 120;
-  p = p * r + 1.f / 24;
-  p = p * r + 1.f / 6;
-  p = p * r + 0.5f;
-  p = p * r + 1.f;
-  p = p * r + 1.f;
-  int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, 4);
-  return p * scale;
-}
-inline float sigmoid(float v) { return 1.f / (1.f + fast_exp(-v)); }
+// ExpF / SigmoidF: tf_ops/cpu/fast_math.h, the same as the TensorFlow kernel uses.
 
 struct YoloDecode : Kernel {
   std::vector<float> anchors;
@@ -58,14 +40,14 @@ struct YoloDecode : Kernel {
         const float* v = in + (cell - base) * ch + a * per;
         const int64_t row = (cell - base) * a_count + a;
         float* box = boxes + row * 4;
-        box[0] = (scale * sigmoid(v[0]) - off + gx) * s;
-        box[1] = (scale * sigmoid(v[1]) - off + gy) * s;
-        box[2] = fast_exp(v[2]) * anchors[2 * a];
-        box[3] = fast_exp(v[3]) * anchors[2 * a + 1];
-        obj[row] = sigmoid(v[4]);
+        box[0] = (scale * SigmoidF(v[0]) - off + gx) * s;
+        box[1] = (scale * SigmoidF(v[1]) - off + gy) * s;
+        box[2] = ExpF(v[2]) * anchors[2 * a];
+        box[3] = ExpF(v[3]) * anchors[2 * a + 1];
+        obj[row] = SigmoidF(v[4]);
         float* out = cls + row * classes;
 #pragma omp simd
-        for (int64_t c = 0; c < classes; ++c) out[c] = sigmoid(v[5 + c]);
+        for (int64_t c = 0; c < classes; ++c) out[c] = SigmoidF(v[5 + c]);
       }
     }
   }
