@@ -19,9 +19,18 @@ shapes); an array that is not on a CUDA device does too.
 `gpu_status()` says whether a GPU and a framework to reach it are here, and if
 not, why. Neither PyTorch nor CuPy is a dependency: each is imported only when
 one of its arrays comes in. Needs no TensorFlow.
+
+Without a GPU, `emulator()` gives the same interface over the same kernel sources
+compiled for a CPU emulator of the CUDA execution model (tf_ops/cuda_emulator:
+blocks of fiber threads, __syncthreads and warp shuffles checked, a stand-in
+cuBLASLt), on numpy arrays: for checking what the kernels compute, not their speed.
+
+    e = cuda.emulator()       # needs the CUDA headers (toolkit or pip), not nvcc nor a GPU
+    y = e.fused_layer_norm(x_np, gamma_np, beta_np)
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import glob
@@ -134,6 +143,60 @@ class _Cupy:
         return like.device
 
 
+class _Host:
+    """numpy arrays, for the CPU emulator, whose "device" memory is the host's.
+    Outputs sit between guard elements, checked after the call: a kernel that
+    writes past its output's ends is caught (a GPU might corrupt silently)."""
+
+    GUARD = 64  # elements each side: keeps the output 16-byte aligned
+    FENCE = 7.0
+
+    def __init__(self):
+        self._fenced = []
+
+    def owns(self, a) -> bool:
+        import numpy
+        return isinstance(a, numpy.ndarray)
+
+    def on_gpu(self, a) -> bool:
+        return True
+
+    def where(self, a) -> str:
+        return "emulator"
+
+    def dtype(self, a) -> str:
+        return a.dtype.name
+
+    def contiguous(self, a):
+        import numpy
+        return numpy.ascontiguousarray(a)
+
+    def ptr(self, a) -> int:
+        return a.ctypes.data
+
+    def empty(self, shape, like):
+        import numpy
+        n, g = _numel(shape), self.GUARD
+        # NaN, not zero: an output element no kernel wrote cannot pass a comparison.
+        buf = numpy.full(n + 2 * g, numpy.nan, dtype=like.dtype)
+        buf[:g] = buf[n + g:] = self.FENCE
+        self._fenced.append(buf)
+        return buf[g:n + g].reshape(tuple(shape))
+
+    def check_fences(self, op: str) -> None:
+        g = self.GUARD
+        for buf in self._fenced:
+            if not ((buf[:g] == self.FENCE).all() and (buf[-g:] == self.FENCE).all()):
+                raise RuntimeError(f"{op} (CUDA emulator): a kernel wrote outside its output "
+                                   f"({buf.size - 2 * g} elements)")
+
+    def stream(self, like):
+        return None
+
+    def on_device(self, like):
+        return contextlib.nullcontext()
+
+
 def _package(a) -> str:
     return type(a).__module__.split(".")[0]
 
@@ -148,9 +211,23 @@ def _host_array(a) -> bool:
     return _package(a) == "numpy"
 
 
-def _prepare(spec, names: Sequence[str], arrays: Sequence):
+def _prepare(spec, names: Sequence[str], arrays: Sequence, emulated: bool = False):
     """The framework and the arrays (contiguous), after checking that all are
-    device arrays of one framework, one device and one dtype the op allows."""
+    device arrays of one framework, one device and one dtype the op allows (for
+    the emulator: numpy arrays)."""
+    if emulated:
+        fw = _Host()
+        for name, a in zip(names, arrays):
+            if not fw.owns(a):
+                raise OpError(spec.name, name, f"must be a numpy array for the CUDA emulator, got {type(a).__name__}")
+        arrays = [fw.contiguous(a) for a in arrays]
+        first_dtype = fw.dtype(arrays[0])
+        for name, a in zip(names, arrays):
+            if fw.dtype(a) != first_dtype:
+                raise OpError(spec.name, name, f"dtype {fw.dtype(a)} differs from {names[0]}'s {first_dtype} "
+                                               f"(shape {list(a.shape)})")
+        spec.check_dtype(first_dtype)
+        return fw, first_dtype, arrays
     for name, a in zip(names, arrays):
         if _host_array(a):
             raise OpError(spec.name, name, f"must be on a CUDA device, got cpu (a numpy array of shape {list(a.shape)})")
@@ -203,7 +280,7 @@ class _Call:
         self.spec = _specs.get(op)
         self.attrs = self.spec.resolve(attrs)
         names = names or tuple(a.name for a in self.spec.inputs)
-        self.fw, self.dtype, self.arrays = _prepare(self.spec, names, arrays)
+        self.fw, self.dtype, self.arrays = _prepare(self.spec, names, arrays, emulated=harness.emulated)
 
     def empty(self, shape):
         """A new array of the inputs' kind, dtype and device."""
@@ -218,6 +295,8 @@ class _Call:
         like = self.arrays[0]
         with self.fw.on_device(like):
             self.harness._call(self.spec.name, entry, self.dtype, *args, self.fw.stream(like))
+        if isinstance(self.fw, _Host):
+            self.fw.check_fences(self.spec.name)
 
 
 # -- the library ---------------------------------------------------------------
@@ -255,10 +334,13 @@ _f = ctypes.c_float
 
 
 class Harness:
-    """The loaded C ABI, with Python signatures that check and allocate."""
+    """The loaded C ABI, with Python signatures that check and allocate.
+    `emulated`: the library is the CPU emulator's (numpy arrays in and out; its
+    launch errors and cuBLASLt refusals raise after each call)."""
 
-    def __init__(self, path):
+    def __init__(self, path, emulated: bool = False):
         self.path = str(path)
+        self.emulated = emulated
         self.lib = ctypes.CDLL(self.path)
         version = self.lib.bridge_cuda_abi_version()
         if version != ABI_VERSION:
@@ -277,11 +359,51 @@ class Harness:
                 fn = getattr(self.lib, pattern.format(suffix))
                 fn.argtypes = args
                 fn.restype = ctypes.c_int
+        if emulated:
+            for name in ("bridge_cuda_emulator_take_errors", "bridge_cublaslt_emulator_take_errors"):
+                getattr(self.lib, name).restype = ctypes.c_char_p
+            self.lib.bridge_cuda_emulator_seed.argtypes = [ctypes.c_uint64]
+            self.lib.bridge_cuda_emulator_stats.argtypes = [ctypes.POINTER(_i64), ctypes.c_int]
+            self.lib.bridge_cublaslt_emulator_stats.argtypes = [ctypes.POINTER(_i64), ctypes.c_int]
+            self.lib.bridge_cublaslt_emulator_refuse_bias_epilogue.argtypes = [ctypes.c_int]
 
     def _call(self, op: str, name: str, dtype: str, *args) -> None:
         suffix = {"float32": "f32", "float16": "f16"}[dtype]
-        if getattr(self.lib, f"{name}_{suffix}")(*args) != 0:
+        failed = getattr(self.lib, f"{name}_{suffix}")(*args) != 0
+        if self.emulated:
+            found = (self.lib.bridge_cuda_emulator_take_errors() + self.lib.bridge_cublaslt_emulator_take_errors())
+            if found:  # a refusal the kernel code may have recovered from still is a finding
+                raise RuntimeError(f"{op} (CUDA emulator): {found.decode(errors='replace').strip()}")
+        if failed:
             raise RuntimeError(f"{op} (CUDA): {self.lib.bridge_cuda_last_error().decode(errors='replace')}")
+
+    # -- the emulator's controls ---------------------------------------------
+    def emulator_stats(self, reset: bool = True) -> dict:
+        """What the emulated calls since the last reset did: kernel launches,
+        blocks run as fibers and as plain calls, __syncthreads and shuffles met,
+        scratch allocations still live; cuBLASLt heuristic queries, products, and
+        products with the bias epilogue."""
+        self._need_emulator()
+        run, lt = (_i64 * 6)(), (_i64 * 3)()
+        self.lib.bridge_cuda_emulator_stats(run, int(reset))
+        self.lib.bridge_cublaslt_emulator_stats(lt, int(reset))
+        names = ("launches", "fiber_blocks", "direct_blocks", "barriers", "shuffles", "live_allocations")
+        return {**dict(zip(names, run)), **dict(zip(("gemm_queries", "gemms", "gemms_with_bias"), lt))}
+
+    def emulator_seed(self, seed: int) -> None:
+        """Seeds the order in which the emulator lets warps run ahead."""
+        self._need_emulator()
+        self.lib.bridge_cuda_emulator_seed(seed)
+
+    def emulator_refuse_bias_epilogue(self, refuse: bool) -> None:
+        """Makes the stand-in cuBLASLt offer no algorithm with the bias epilogue,
+        as the real one may for some shapes (the convolution's fallback road)."""
+        self._need_emulator()
+        self.lib.bridge_cublaslt_emulator_refuse_bias_epilogue(int(refuse))
+
+    def _need_emulator(self):
+        if not self.emulated:
+            raise RuntimeError(f"{self.path} is not the CUDA emulator; see bridge.cuda.emulator()")
 
     # -- FusedLayerNorm ----------------------------------------------------
     def fused_layer_norm(self, x, gamma, beta, **attrs):
@@ -317,7 +439,8 @@ class Harness:
         geometry, out_shape = conv_geometry(_shapes(c.arrays), **c.attrs)
         y = c.empty(out_shape)
         if _numel(out_shape):
-            _preload_cublaslt()
+            if not self.emulated:
+                _preload_cublaslt()
             flags = (ALLOW_TF32 if allow_tf32 else 0) | (0 if bias_epilogue else NO_EPILOGUE)
             geom = (_i64 * len(geometry))(*geometry)
             c.launch("bridge_yolo_conv_bn_leaky", *c.ptrs(*c.arrays, y), geom, c.attrs["epsilon"], c.attrs["alpha"],
@@ -367,6 +490,19 @@ def harness(build: bool = True) -> Harness:
     return _load(str(lib))
 
 
+@functools.lru_cache(maxsize=None)
+def _load_emulator(path: str) -> Harness:
+    return Harness(path, emulated=True)
+
+
+def emulator() -> Harness:
+    """The harness's kernels on the CPU emulator, built first when the cache has
+    none (BuildError when the CUDA headers or cublasLt.h are missing, naming the
+    fix). Takes and returns numpy arrays."""
+    from bridge.native import cuda_emulator_build
+    return _load_emulator(str(cuda_emulator_build().library()))
+
+
 def require_gpu() -> str:
     """The device description, or CudaUnavailable with the reason."""
     ok, what = gpu_status()
@@ -375,5 +511,5 @@ def require_gpu() -> str:
     return what
 
 
-__all__ = ["ABI_VERSION", "CudaUnavailable", "Harness", "conv_geometry", "gpu_status", "harness", "library_path",
-           "require_gpu"]
+__all__ = ["ABI_VERSION", "CudaUnavailable", "Harness", "conv_geometry", "emulator", "gpu_status", "harness",
+           "library_path", "require_gpu"]

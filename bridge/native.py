@@ -329,7 +329,10 @@ def cublas_include(nvcc: Optional[str] = None) -> Path:
     kernels load the library at run time, so headers are all a build needs)."""
     env = os.environ.get("BRIDGE_CUBLAS_INCLUDE")
     candidates = [Path(env)] if env else []
-    toolkit = cuda_include(nvcc)
+    try:
+        toolkit = cuda_include(nvcc)
+    except BuildError:  # no nvcc: the emulator build still finds pip's or TensorFlow's copy
+        toolkit = None
     if toolkit:
         candidates.append(toolkit)
     import importlib.util
@@ -379,3 +382,45 @@ def cuda_harness_build() -> Build:
                  target_file="libbridge_cuda_harness.so", options=options, portable=True,
                  extra_sources=sorted((source.parent / "cuda").glob("*")),
                  describe="the CUDA kernel harness")
+
+
+def cuda_headers() -> Path:
+    """The CUDA runtime's headers (cuda_runtime.h) without needing a GPU:
+    `BRIDGE_CUDA_INCLUDE`, else nvcc's include folder, else a pip nvidia-* package's."""
+    env = os.environ.get("BRIDGE_CUDA_INCLUDE")
+    candidates = [Path(env)] if env else []
+    try:
+        found = cuda_include()
+        if found:
+            candidates.append(found)
+    except BuildError:
+        pass
+    for entry in sys.path:
+        candidates.extend(sorted(Path(entry or ".").glob("nvidia/*/include")))
+    for c in candidates:
+        if (c / "cuda_runtime.h").exists() and (c / "cuda_fp16.h").exists():
+            return c.resolve()
+    raise BuildError("the CUDA headers (cuda_runtime.h, cuda_fp16.h) were not found. Fix: install the CUDA "
+                     "toolkit (nvcc on PATH) or pip install nvidia-cuda-runtime, or set BRIDGE_CUDA_INCLUDE "
+                     "to a folder holding cuda_runtime.h")
+
+
+def cuda_emulator_build() -> Build:
+    """The same CUDA kernels and C-ABI harness compiled as C++ for the CPU
+    emulator (tf_ops/cuda_emulator): needs the CUDA headers and cublasLt.h, not
+    nvcc nor a GPU. Portable: it has no host-CPU flags."""
+    include = cuda_headers()
+    source = _tf_ops_dir() / "cuda_emulator"
+    version = "unknown"
+    header = (include / "cuda_runtime_api.h").read_text(errors="replace") if (include / "cuda_runtime_api.h").exists() else ""
+    import re
+    m = re.search(r"#define CUDART_VERSION\s+(\d+)", header)
+    if m:
+        v = int(m.group(1))
+        version = f"{v // 1000}.{v % 1000 // 10}"
+    return Build(name="cuda_emulator", source_dir=source, binds_to=f"cuda{version}-headers",
+                 target_file="libbridge_cuda_emulator.so",
+                 options={"BRIDGE_CUDA_INCLUDE": str(include), "BRIDGE_CUBLAS_INCLUDE": str(cublas_include())},
+                 portable=True,
+                 extra_sources=sorted((source.parent / "cuda").glob("*")) + [source.parent / "cuda_harness" / "harness.cu"],
+                 describe="the CUDA kernels for the CPU emulator")

@@ -4,8 +4,14 @@ against the numpy float64 references of bridge.ops.
 What runs everywhere: the harness and the TensorFlow GPU kernels compile with
 nvcc (skipped, with the reason, where nvcc is absent), the geometry handed to the
 convolution kernel, the test's own backward reference against finite differences,
-and the benchmark's message on a machine without a GPU. Everything that launches
-a kernel needs a CUDA device seen by PyTorch or CuPy and is skipped without one.
+and the benchmark's message on a machine without a GPU.
+
+Every test that launches kernels runs twice: on a CUDA device seen by PyTorch or
+CuPy (skipped without one), and on the CPU emulator (bridge.cuda.emulator(): the
+same kernel sources compiled as C++, blocks of fiber threads with __syncthreads and
+warp shuffles checked, warps racing ahead of each other in a seeded order, a
+stand-in cuBLASLt that checks shapes, alignment and the epilogue). The emulator
+shows the kernels compute the right thing; only the GPU run says how fast.
 """
 from __future__ import annotations
 
@@ -28,7 +34,6 @@ from conftest import assert_close
 
 ROOT = Path(__file__).resolve().parent.parent
 GPU, GPU_WHY = cuda.gpu_status()
-needs_gpu = pytest.mark.skipif(not GPU, reason=GPU_WHY)
 
 FLN = specs.get("FusedLayerNorm")
 CONV = specs.get("YoloConvBnLeaky")
@@ -222,7 +227,7 @@ def test_without_a_gpu_the_reason_is_given():
     assert "needs a CUDA GPU" in done.stderr and "no CUDA GPU" in done.stderr
 
 
-# -- on a GPU ------------------------------------------------------------------
+# -- on a GPU, and on the CPU emulator ------------------------------------------
 
 class Device:
     """numpy <-> the framework that sees the GPU (PyTorch first, else CuPy)."""
@@ -253,18 +258,51 @@ class Device:
         return self.put(flat)[1:].reshape(a.shape)
 
 
-@pytest.fixture(scope="module")
-def dev():
-    if not GPU:
-        pytest.skip(GPU_WHY)
-    return Device()
+class HostDevice:
+    """The emulator's "device" memory is the host's: numpy arrays, copied in and out
+    so a kernel writing out of place cannot touch the test's own arrays."""
+
+    torch = cupy = None
+
+    def put(self, a: np.ndarray):
+        return np.array(a, copy=True, order="C")
+
+    def get(self, a) -> np.ndarray:
+        return np.array(a, copy=True)
+
+    def misaligned(self, a: np.ndarray):
+        """`a` at an address 1 element past a 64-byte boundary."""
+        flat = np.empty(a.size + 64, a.dtype)
+        skip = (-flat.ctypes.data % 64) // a.dtype.itemsize + 1
+        out = flat[skip: skip + a.size].reshape(a.shape)
+        out[...] = a
+        return out
 
 
-@pytest.fixture(scope="module")
-def k():
-    if not GPU:
-        pytest.skip(GPU_WHY)
-    return cuda.harness()
+def _emulator_or_skip():
+    try:
+        return cuda.emulator()
+    except native.BuildError as e:
+        pytest.skip(f"the CUDA emulator cannot be built here: {e}")
+
+
+@pytest.fixture(scope="module", params=["gpu", "emulator"])
+def backend(request):
+    if request.param == "gpu":
+        if not GPU:
+            pytest.skip(GPU_WHY)
+        return cuda.harness(), Device()
+    return _emulator_or_skip(), HostDevice()
+
+
+@pytest.fixture
+def k(backend):
+    return backend[0]
+
+
+@pytest.fixture
+def dev(backend):
+    return backend[1]
 
 
 def _inputs(rng, dtype, *shapes):
@@ -277,7 +315,6 @@ FLN_SHAPES = [(3, 5), (2, 3, 768), (4, 1), (7, 1024), (3, 1025), (2, 4096), (2, 
               (0, 16), (5, 0), (1, 2, 1, 33)]
 
 
-@needs_gpu
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("shape", FLN_SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_fused_layer_norm(k, dev, rng, shape, dtype):
@@ -289,7 +326,6 @@ def test_fused_layer_norm(k, dev, rng, shape, dtype):
     assert_close("FusedLayerNorm", y, FLN.reference(x, gamma, beta, epsilon=1e-5), dtype)
 
 
-@needs_gpu
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_fused_layer_norm_unaligned_takes_the_scalar_road(k, dev, rng, dtype):
     x, gamma, beta = _inputs(rng, dtype, (6, 512), (512,), (512,))
@@ -302,7 +338,6 @@ def test_fused_layer_norm_unaligned_takes_the_scalar_road(k, dev, rng, dtype):
 BACKWARD_SCALE = {"float32": 10.0, "float16": 2.0}
 
 
-@needs_gpu
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("shape", [(3, 5), (2, 3, 768), (4, 1), (65, 1024), (3, 1025), (2, 9001), (0, 8)],
                          ids=lambda s: "x".join(map(str, s)))
@@ -315,7 +350,6 @@ def test_fused_layer_norm_backward(k, dev, rng, shape, dtype):
         assert_close("FusedLayerNorm", got, want, dtype, scale=BACKWARD_SCALE[dtype], what=what)
 
 
-@needs_gpu
 def test_fused_layer_norm_backward_is_deterministic(k, dev, rng):
     x, gamma, dy = (dev.put(a) for a in _inputs(rng, "float32", (300, 768), (768,), (300, 768)))
     first = [dev.get(a) for a in k.fused_layer_norm_backward(dy, x, gamma)]
@@ -346,7 +380,6 @@ def _conv_inputs(rng, dtype, xs, fs):
     return [a.astype(dtype) for a in [x, filt, *params]]
 
 
-@needs_gpu
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("epilogue", [True, False], ids=["bias-epilogue", "bias-in-leaky-pass"])
 @pytest.mark.parametrize("xs,fs,attrs", CONV_CASES, ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else None)
@@ -356,7 +389,6 @@ def test_yolo_conv_bn_leaky(k, dev, rng, xs, fs, attrs, dtype, epilogue):
     assert_close("YoloConvBnLeaky", y, CONV.reference(*arrays, **attrs), dtype)
 
 
-@needs_gpu
 def test_yolo_conv_bn_leaky_tf32(k, dev, rng):
     """TF32 (opt-in) rounds the inputs to 10-bit mantissas: stated tolerance
     2e-3 * max(1, |y|) at these unit-scale inputs, 20x ops.md's float32 bound."""
@@ -370,23 +402,28 @@ DECODE_CASES = [(1, 13, 13, 3, 80, 1.0), (2, 5, 7, 3, 1, 1.05), (1, 1, 1, 1, 1, 
                 (0, 4, 4, 3, 2, 1.0)]
 
 
-@needs_gpu
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("n,h,w,a,c,sxy", DECODE_CASES)
 def test_yolo_decode(k, dev, rng, n, h, w, a, c, sxy, dtype):
     anchors = [float(v) for v in (ANCHORS_13 * 2)[: 2 * a]]
     attrs = dict(anchors=anchors, num_classes=c, stride=32, scale_x_y=sxy)
-    raw = (rng.normal(size=(n, h, w, a * (5 + c))) * 2).astype(dtype)
+    # float16 tops out at 65504: exp(raw) * 373 overflows from raw = 5.2, which
+    # unit-scale inputs reach about once in ten million.
+    raw = (rng.normal(size=(n, h, w, a * (5 + c))) * (2 if dtype == "float32" else 1)).astype(dtype)
     got = [dev.get(o) for o in k.yolo_decode(dev.put(raw), **attrs)]
     for g, want, what in zip(got, DECODE.reference(raw, **attrs), ("boxes", "objectness", "class_probs")):
         assert_close("YoloDecode", g, want, dtype, what=what)
 
 
-@needs_gpu
 def test_bad_input_is_refused_with_the_op_and_argument(k, dev, rng):
     x, gamma, beta = _inputs(rng, "float32", (4, 8), (8,), (8,))
-    with pytest.raises(OpError, match=r"FusedLayerNorm: argument 'gamma': must be on a CUDA device, got cpu"):
-        k.fused_layer_norm(dev.put(x), gamma if dev.torch is None else dev.torch.from_numpy(gamma), dev.put(beta))
+    if k.emulated:
+        with pytest.raises(OpError, match=r"FusedLayerNorm: argument 'gamma': must be a numpy array for the CUDA "
+                                          r"emulator, got list"):
+            k.fused_layer_norm(dev.put(x), gamma.tolist(), dev.put(beta))
+    else:
+        with pytest.raises(OpError, match=r"FusedLayerNorm: argument 'gamma': must be on a CUDA device, got cpu"):
+            k.fused_layer_norm(dev.put(x), gamma if dev.torch is None else dev.torch.from_numpy(gamma), dev.put(beta))
     with pytest.raises(OpError, match=r"FusedLayerNorm: argument 'beta': dtype float16 differs from x's float32"):
         k.fused_layer_norm(dev.put(x), dev.put(gamma), dev.put(beta.astype(np.float16)))
     with pytest.raises(OpError, match=r"FusedLayerNorm: argument 'gamma': must have shape \[H\]=\[8\]"):
@@ -401,3 +438,128 @@ def test_bad_input_is_refused_with_the_op_and_argument(k, dev, rng):
     with pytest.raises(RuntimeError, match=r"YoloDecode \(CUDA\): YoloDecode: argument 'anchors': the CUDA kernel "
                                            r"takes 1..32 anchors"):
         k.yolo_decode(dev.put(np.ones((1, 1, 1, 33 * 6), np.float32)), anchors=[1.0] * 66, num_classes=1, stride=8)
+
+
+# -- the emulator itself ---------------------------------------------------------
+
+def test_emulator_runs_the_conv_fallback_road_when_cublaslt_refuses_the_epilogue(rng):
+    """Where cuBLASLt offers no algorithm with the bias epilogue, the kernel asks
+    again without it and adds the bias in the LeakyReLU pass."""
+    e = _emulator_or_skip()
+    # a shape no other test multiplies: the kernel caches the algorithm per shape
+    arrays = _conv_inputs(rng, "float32", (1, 9, 13, 5), (3, 3, 5, 7))
+    e.emulator_stats(reset=True)
+    e.emulator_refuse_bias_epilogue(True)
+    try:
+        y = e.yolo_conv_bn_leaky(*arrays, strides=[1, 2, 2, 1])
+    finally:
+        e.emulator_refuse_bias_epilogue(False)
+    stats = e.emulator_stats()
+    assert (stats["gemm_queries"], stats["gemms"], stats["gemms_with_bias"]) == (2, 1, 0), stats
+    assert_close("YoloConvBnLeaky", y, CONV.reference(*arrays, strides=[1, 2, 2, 1]), "float32")
+    e.yolo_conv_bn_leaky(*arrays, strides=[1, 2, 2, 1])
+    assert e.emulator_stats()["gemms_with_bias"] == 1
+
+
+@pytest.mark.parametrize("shape,mode", [((6, 768), "warp"), ((3, 1025), "block"), ((2, 40000), "re-read")])
+def test_emulator_reductions_agree_whatever_warp_order(rng, shape, mode):
+    """Each seed lets the warps run ahead of each other in another order; a
+    reduction that depends on the order would differ between seeds."""
+    e = _emulator_or_skip()
+    x, gamma, beta = _inputs(rng, "float32", shape, shape[-1:], shape[-1:])
+    results = []
+    for seed in (1, 2, 3):
+        e.emulator_seed(seed)
+        e.emulator_stats(reset=True)
+        results.append(e.fused_layer_norm(x, gamma, beta))
+        stats = e.emulator_stats()
+        assert stats["fiber_blocks"] >= 1 and stats["shuffles"] > 0, stats
+        assert (stats["barriers"] > 0) == (mode != "warp"), stats  # a warp per row needs no block barrier
+        assert stats["live_allocations"] == 0
+    assert_close("FusedLayerNorm", results[0], FLN.reference(x, gamma, beta), "float32")
+    for again in results[1:]:
+        assert np.array_equal(results[0], again)
+
+
+# Faults planted in a copy of the kernels, each one the emulator must expose. The
+# faults of one library touch different kernels or roads, so they do not mask
+# each other; the divergent shuffle breaks every reduction and gets its own.
+PLANTED = {
+    "races": [
+        # GroupSum's leading barrier: a fast warp overwrites the block's partial
+        # sums while a slow one still reads the previous reduction's (block road).
+        ("common.cuh", "  __syncthreads();\n  if (lane == 0) scratch[warp] = v;", "  if (lane == 0) scratch[warp] = v;"),
+        # The plan trusting any pointer to be 16-byte aligned (vector road).
+        ("fused_layer_norm.cuh", "for (const void* q : pointers) aligned = aligned && Aligned(q, 16);", ""),
+        # A class probability written one place further on: the last one lands past the end.
+        ("yolo_decode.cuh", "class_probs[row * p.num_classes + (k - 5)]", "class_probs[row * p.num_classes + (k - 4)]"),
+    ],
+    # Half a warp skipping a full-mask shuffle: a hang on a GPU.
+    "divergence": [("common.cuh", "v += __shfl_xor_sync(0xffffffffu, v, offset);",
+                    "if ((threadIdx.x & 31) < 16) v += __shfl_xor_sync(0xffffffffu, v, offset);")],
+}
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    """One emulator library per entry of PLANTED, built in parallel from a copy
+    of tf_ops/ with the faults written in."""
+    _emulator_or_skip()  # the real one builds: the headers and compiler are here
+    jobs = []
+    for name, faults in PLANTED.items():
+        root = tmp_path_factory.mktemp(name)
+        for folder in ("cuda", "cuda_harness", "cuda_emulator"):
+            shutil.copytree(ROOT / "tf_ops" / folder, root / folder)
+        for file, old, new in faults:
+            target = root / "cuda" / file
+            text = target.read_text()
+            assert text.count(old) == 1, f"the planted fault no longer matches {file}: {old!r}"
+            target.write_text(text.replace(old, new))
+        lib = root / "libplanted.so"
+        em = root / "cuda_emulator"
+        cmd = [native.cxx_compiler(), "-std=c++17", "-O1", "-w", "-fPIC", "-shared", f"-I{em}", f"-I{root / 'cuda'}",
+               f"-I{root / 'cuda_harness'}", "-isystem", str(native.cuda_headers()), "-isystem",
+               str(native.cublas_include()), str(em / "harness_on_cpu.cc"), str(em / "emulator.cc"),
+               str(em / "cublaslt.cc"), "-o", str(lib), "-ldl"]
+        jobs.append((name, lib, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
+    out = {}
+    for name, lib, job in jobs:
+        log, _ = job.communicate(timeout=600)
+        assert job.returncode == 0, f"building the {name!r} emulator failed:\n{log[-3000:]}"
+        out[name] = cuda.Harness(lib, emulated=True)
+    return out
+
+
+def test_emulator_exposes_a_missing_barrier(planted, rng):
+    e = planted["races"]
+    x, gamma, beta = _inputs(rng, "float32", (4, 3000), (3000,), (3000,))
+    want = FLN.reference(x, gamma, beta)
+    errors = []
+    for seed in (1, 2, 3, 4):
+        e.emulator_seed(seed)
+        errors.append(float(np.max(np.abs(e.fused_layer_norm(x, gamma, beta) - want))))
+    assert max(errors) > 1e-2, f"the race went unseen: max errors {errors}"
+
+
+def test_emulator_reports_a_misaligned_vector_access(planted, rng):
+    e, dev = planted["races"], HostDevice()
+    x, gamma, beta = _inputs(rng, "float32", (3, 512), (512,), (512,))
+    e.fused_layer_norm(x, gamma, beta)  # aligned: the planted plan is right by luck
+    with pytest.raises(RuntimeError, match=r"FusedLayerNorm \(CUDA emulator\): kernel failed: ForwardKernel<.*: "
+                                           r"misaligned 16-byte access at common.cuh:\d+ \(address % 16 = 4\)"):
+        e.fused_layer_norm(dev.misaligned(x), gamma, beta)
+
+
+def test_emulator_reports_a_write_past_the_output(planted, rng):
+    e = planted["races"]
+    raw = rng.normal(size=(1, 2, 2, 3 * 7)).astype(np.float32)
+    with pytest.raises(RuntimeError, match=r"YoloDecode \(CUDA emulator\): a kernel wrote outside its output"):
+        e.yolo_decode(raw, anchors=ANCHORS_13, num_classes=2, stride=32)
+
+
+def test_emulator_reports_a_divergent_shuffle(planted, rng):
+    e = planted["divergence"]
+    x, gamma, beta = _inputs(rng, "float32", (2, 64), (64,), (64,))
+    with pytest.raises(RuntimeError, match=r"FusedLayerNorm \(CUDA emulator\): kernel failed: ForwardKernel<.*"
+                                           r"cannot go on: .*warp 0: 16 of 32 lanes at a shuffle"):
+        e.fused_layer_norm(x, gamma, beta)

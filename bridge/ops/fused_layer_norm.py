@@ -23,6 +23,8 @@ def _infer(x, gamma, beta, *, epsilon):
 
 
 def _reference(x, gamma, beta, *, epsilon):
+    if x.shape[-1] == 0:  # rows of nothing: nothing to normalise (and no mean of an empty row)
+        return np.zeros(x.shape, np.result_type(x, gamma, beta))
     mean = x.mean(axis=-1, keepdims=True)
     var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
     return gamma * (x - mean) / np.sqrt(var + epsilon) + beta

@@ -10,6 +10,10 @@
 //   GroupSum(v, group, scratch)          sum over a warp (group == 32) or the block
 //   Carve                                slices of one workspace, 256-byte aligned
 //   LaunchBlocks(n, per_block)           a grid size capped for grid-stride loops
+//   BRIDGE_LAUNCH(grid, block, shared, stream, kernel)(args...)
+//                                        kernel<<<grid, block, shared, stream>>>(args...),
+//                                        spelled so the CPU emulator
+//                                        (tf_ops/cuda_emulator) runs the same line
 //
 // Header-only and included by several translation units of one library, so every
 // kernel here is a template or static.
@@ -22,6 +26,15 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+
+#ifndef BRIDGE_LAUNCH  // the emulator defines its own
+#define BRIDGE_LAUNCH(grid, block, shared_bytes, stream, ...) __VA_ARGS__<<<grid, block, shared_bytes, stream>>>
+#endif
+// A GPU faults on a misaligned vector access; the emulator checks it (and leaves
+// the function when it fails); on a GPU it is nothing.
+#ifndef BRIDGE_CHECK_ALIGNED
+#define BRIDGE_CHECK_ALIGNED(pointer, bytes)
+#endif
 
 namespace bridge_cuda {
 
@@ -62,6 +75,7 @@ struct alignas(sizeof(T) * V) Pack {
 
 template <typename T, int V>
 __device__ __forceinline__ void LoadF(const T* p, float* out) {
+  BRIDGE_CHECK_ALIGNED(p, sizeof(Pack<T, V>));
   const Pack<T, V> pk = *reinterpret_cast<const Pack<T, V>*>(p);
 #pragma unroll
   for (int i = 0; i < V; ++i) out[i] = ToF(pk.v[i]);
@@ -69,6 +83,7 @@ __device__ __forceinline__ void LoadF(const T* p, float* out) {
 
 template <typename T, int V>
 __device__ __forceinline__ void StoreF(T* p, const float* in) {
+  BRIDGE_CHECK_ALIGNED(p, sizeof(Pack<T, V>));
   Pack<T, V> pk;
 #pragma unroll
   for (int i = 0; i < V; ++i) pk.v[i] = FromF<T>(in[i]);

@@ -47,6 +47,12 @@ inline const Api& GetApi() {
     names.insert(names.end(), {"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"});
     void* lib = nullptr;
     std::string tried;
+#ifdef BRIDGE_CUDA_EMULATION
+    // The CPU emulator's stand-in, in the emulator's own library: never a real one.
+    names.clear();
+    lib = ::bridge_emu::SelfHandle();
+    if (!lib) tried = "\n  the emulator library could not open itself";
+#endif
     // Unless told which, a library the process has loaded already (TensorFlow's,
     // PyTorch's) first.
     for (const auto& name : names) {

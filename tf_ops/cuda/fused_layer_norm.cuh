@@ -350,15 +350,16 @@ Status Forward(const T* x, const T* gamma, const T* beta, T* y, int64_t rows, in
   if (!s.ok() || rows == 0) return s;
   const Plan p = MakePlan<T>({x, gamma, beta, y}, rows, h);
   if (p.vecs == 0) {
-    ForwardRereadKernel<T><<<p.grid, p.block, 0, stream>>>(x, gamma, beta, y, rows, h, eps);
+    BRIDGE_LAUNCH(p.grid, p.block, 0, stream, ForwardRereadKernel<T>)(x, gamma, beta, y, rows, h, eps);
   } else if (p.vec == 1) {
     DispatchVecs(p.vecs, [&](auto k) {
-      ForwardKernel<T, 1, decltype(k)::value><<<p.grid, p.block, 0, stream>>>(x, gamma, beta, y, rows, h, eps, p.group);
+      BRIDGE_LAUNCH(p.grid, p.block, 0, stream, ForwardKernel<T, 1, decltype(k)::value>)
+          (x, gamma, beta, y, rows, h, eps, p.group);
     });
   } else {
     DispatchVecs(p.vecs, [&](auto k) {
-      ForwardKernel<T, 16 / sizeof(T), decltype(k)::value>
-          <<<p.grid, p.block, 0, stream>>>(x, gamma, beta, y, rows, h, eps, p.group);
+      BRIDGE_LAUNCH(p.grid, p.block, 0, stream, ForwardKernel<T, 16 / sizeof(T), decltype(k)::value>)
+          (x, gamma, beta, y, rows, h, eps, p.group);
     });
   }
   return CheckLaunch("FusedLayerNorm forward kernel");
@@ -401,16 +402,17 @@ Status Backward(const T* dy, const T* x, const T* gamma, T* dx, T* dgamma, T* db
   }
   const Plan p = MakePlan<T>({dy, x, gamma, dx}, rows, h);
   if (p.vecs == 0) {
-    BackwardDxRereadKernel<T><<<p.grid, p.block, 0, stream>>>(dy, x, gamma, dx, w.mean, w.rstd, rows, h, eps);
+    BRIDGE_LAUNCH(p.grid, p.block, 0, stream, BackwardDxRereadKernel<T>)
+        (dy, x, gamma, dx, w.mean, w.rstd, rows, h, eps);
   } else if (p.vec == 1) {
     DispatchVecs(p.vecs, [&](auto k) {
-      BackwardDxKernel<T, 1, decltype(k)::value>
-          <<<p.grid, p.block, 0, stream>>>(dy, x, gamma, dx, w.mean, w.rstd, rows, h, eps, p.group);
+      BRIDGE_LAUNCH(p.grid, p.block, 0, stream, BackwardDxKernel<T, 1, decltype(k)::value>)
+          (dy, x, gamma, dx, w.mean, w.rstd, rows, h, eps, p.group);
     });
   } else {
     DispatchVecs(p.vecs, [&](auto k) {
-      BackwardDxKernel<T, 16 / sizeof(T), decltype(k)::value>
-          <<<p.grid, p.block, 0, stream>>>(dy, x, gamma, dx, w.mean, w.rstd, rows, h, eps, p.group);
+      BRIDGE_LAUNCH(p.grid, p.block, 0, stream, BackwardDxKernel<T, 16 / sizeof(T), decltype(k)::value>)
+          (dy, x, gamma, dx, w.mean, w.rstd, rows, h, eps, p.group);
     });
   }
   s = CheckLaunch("FusedLayerNorm backward dx kernel");
@@ -418,11 +420,12 @@ Status Backward(const T* dy, const T* x, const T* gamma, T* dx, T* dgamma, T* db
   const int slices = Slices(rows);
   const int64_t rows_per_slice = (rows + slices - 1) / slices;
   const dim3 grid(static_cast<unsigned>((h + 31) / 32), static_cast<unsigned>(slices));
-  ParamPartialsKernel<T><<<grid, dim3(32, kParamThreadsY), 0, stream>>>(dy, x, w.mean, w.rstd, w.part_g, w.part_b,
-                                                                         rows, h, rows_per_slice);
+  BRIDGE_LAUNCH(grid, dim3(32, kParamThreadsY), 0, stream, ParamPartialsKernel<T>)
+      (dy, x, w.mean, w.rstd, w.part_g, w.part_b, rows, h, rows_per_slice);
   s = CheckLaunch("FusedLayerNorm backward dgamma/dbeta partial kernel");
   if (!s.ok()) return s;
-  ParamFinalKernel<T><<<LaunchBlocks(h, 256), 256, 0, stream>>>(w.part_g, w.part_b, slices, h, dgamma, dbeta);
+  BRIDGE_LAUNCH(LaunchBlocks(h, 256), 256, 0, stream, ParamFinalKernel<T>)
+      (w.part_g, w.part_b, slices, h, dgamma, dbeta);
   return CheckLaunch("FusedLayerNorm backward dgamma/dbeta final kernel");
 }
 

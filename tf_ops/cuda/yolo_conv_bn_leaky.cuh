@@ -120,10 +120,10 @@ template <typename T>
 Status BiasLeaky(T* y, const float* bias, int64_t total, int64_t cout, float alpha, cudaStream_t stream) {
   const int wide = 16 / static_cast<int>(sizeof(T));
   if (total % wide == 0 && Aligned(y, 16)) {
-    BiasLeakyKernel<T, 16 / sizeof(T)>
-        <<<LaunchBlocks(total / wide, 256), 256, 0, stream>>>(y, bias, total / wide, cout, alpha);
+    BRIDGE_LAUNCH(LaunchBlocks(total / wide, 256), 256, 0, stream, BiasLeakyKernel<T, 16 / sizeof(T)>)
+        (y, bias, total / wide, cout, alpha);
   } else {
-    BiasLeakyKernel<T, 1><<<LaunchBlocks(total, 256), 256, 0, stream>>>(y, bias, total, cout, alpha);
+    BRIDGE_LAUNCH(LaunchBlocks(total, 256), 256, 0, stream, BiasLeakyKernel<T, 1>)(y, bias, total, cout, alpha);
   }
   return CheckLaunch("YoloConvBnLeaky LeakyReLU kernel");
 }
@@ -188,9 +188,8 @@ Status ConvBnLeaky(const T* x, const T* filter, const T* conv_bias, const T* bn_
                  std::to_string(w.bytes));
   }
   const int64_t fold_total = k * g.cout > g.cout ? k * g.cout : g.cout;
-  FoldKernel<T><<<LaunchBlocks(fold_total, 256), 256, 0, stream>>>(filter, conv_bias, bn_gamma, bn_beta, bn_mean,
-                                                                   bn_variance, w.w, w.bias_t, w.bias_f, k, g.cout,
-                                                                   eps);
+  BRIDGE_LAUNCH(LaunchBlocks(fold_total, 256), 256, 0, stream, FoldKernel<T>)
+      (filter, conv_bias, bn_gamma, bn_beta, bn_mean, bn_variance, w.w, w.bias_t, w.bias_f, k, g.cout, eps);
   s = CheckLaunch("YoloConvBnLeaky fold kernel");
   if (!s.ok()) return s;
 
@@ -205,7 +204,7 @@ Status ConvBnLeaky(const T* x, const T* filter, const T* conv_bias, const T* bn_
     const int64_t rows = m - row0 < step ? m - row0 : step;
     const T* cols = x + row0 * k;  // pointwise: the input rows are the cols rows
     if (w.chunk > 0) {
-      Im2colKernel<T><<<LaunchBlocks(rows * k, 256), 256, 0, stream>>>(x, w.cols, g, row0, rows);
+      BRIDGE_LAUNCH(LaunchBlocks(rows * k, 256), 256, 0, stream, Im2colKernel<T>)(x, w.cols, g, row0, rows);
       s = CheckLaunch("YoloConvBnLeaky im2col kernel");
       if (!s.ok()) return s;
       cols = w.cols;

@@ -84,7 +84,8 @@ Status Decode(const T* raw, T* boxes, T* objectness, T* class_probs, int64_t n, 
   p.stride = static_cast<float>(stride);
   p.scale_x_y = scale_x_y;
   p.offset = (scale_x_y - 1.0f) * 0.5f;
-  DecodeKernel<T><<<LaunchBlocks(total, 256), 256, 0, stream>>>(raw, boxes, objectness, class_probs, total, p);
+  BRIDGE_LAUNCH(LaunchBlocks(total, 256), 256, 0, stream, DecodeKernel<T>)
+      (raw, boxes, objectness, class_probs, total, p);
   return CheckLaunch("YoloDecode kernel");
 }
 
