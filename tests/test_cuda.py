@@ -215,6 +215,27 @@ def test_host_arrays_are_refused_naming_op_and_argument(rng):
             k.yolo_conv_bn_leaky(torch.ones(1, 5, 5, 3), torch.ones(3, 3, 3, 4), *[torch.ones(4)] * 5)
 
 
+def test_benchmark_rehearses_on_the_emulator():
+    """benchmarks/cuda.py end to end at small shapes on CPU PyTorch and the
+    emulator, so the GPU run finds a script that works; every row's agreement
+    with PyTorch's float32 result within the dtype's bound."""
+    pytest.importorskip("torch")
+    _emulator_or_skip()
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "cuda.py"), "--emulate", "--repeat", "1",
+                           "--inner", "1", "--json"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    import json
+    doc = json.loads(done.stdout)
+    assert doc["device"].startswith("CUDA emulator")
+    ops_seen = {r["op"] for r in doc["rows"]}
+    assert ops_seen == {"FusedLayerNorm", "FusedLayerNorm bwd", "YoloConvBnLeaky", "YoloDecode"}, ops_seen
+    bound = {"float32": 1e-5, "tf32": 2e-3, "float16": 4e-3}
+    for r in doc["rows"]:
+        assert r["target"] is None and r["ours_ms"] > 0 and r["base_ms"] > 0, r
+        if r["versus"] != "d2d copy (floor)":
+            assert r["err"] is not None and r["err"] <= bound[r["dtype"]], r
+
+
 def test_without_a_gpu_the_reason_is_given():
     if GPU:
         pytest.skip(f"a GPU is here ({GPU_WHY})")
