@@ -12,7 +12,8 @@ Rows (ratio = baseline time / ours: > 1 means ours is faster):
   FusedLayerNorm backward (dx, dgamma, dbeta) vs PyTorch autograd of layer_norm.
   YoloConvBnLeaky  vs torch conv2d + batch_norm + leaky_relu (cuDNN, channels-last
                    so both read NHWC) at YOLOv3 shapes; float32 with TF32 off on
-                   both sides, TF32 on both sides, and float16. PyTorch pads
+                   both sides, TF32 on both sides, and float16; for TF32 and
+                   float16 also our tensor-core road (implicit GEMM, no im2col). PyTorch pads
                    symmetrically, so strided SAME rows differ from ours by where
                    the one pad pixel goes (same shape, same work).
   YoloDecode       vs the same math as PyTorch ops, at YOLOv3's three heads.
@@ -263,6 +264,17 @@ def bench_conv(env, rows, args):
             label = f"{'x'.join(map(str, xs))}->{cout} {fs[0]}x{fs[1]} s{stride}"
             _row(rows, "YoloConvBnLeaky", label, name, "torch cuDNN conv+bn+leaky", t_ours, t_torch, note, err=err,
                  target=WITHIN_1_2X)
+            if tf32 or dtype == torch.float16:  # the implicit GEMM on tensor cores, against the same chain
+                y_tc = torch.empty_like(y)
+                tc_args = list(c_args)
+                tc_args[7], tc_args[-2] = _ptr(y_tc), flags | cuda.TENSOR_CORES
+                ours_tc = _checked(k, fn, *tc_args)
+                ours_tc()
+                err = _rel_err([y_tc], [_conv_reference(torch, x, w, params, geometry)])
+                t_ours, t_torch = _time_pair(env, ours_tc, base, args.repeat, args.inner)
+                note = f"{gflop / (t_ours * 1e-3) / 1e3:.1f} TFLOP/s"
+                _row(rows, "YoloConvBnLeaky tensor cores", label, name, "torch cuDNN conv+bn+leaky", t_ours, t_torch,
+                     note, err=err, target=WITHIN_1_2X)
     torch.backends.cudnn.allow_tf32 = True
     torch.backends.cuda.matmul.allow_tf32 = False
 

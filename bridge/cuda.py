@@ -45,6 +45,7 @@ ABI_VERSION = 1
 # harness flags (tf_ops/cuda/yolo_conv_bn_leaky.cuh)
 ALLOW_TF32 = 1
 NO_EPILOGUE = 2
+TENSOR_CORES = 4
 
 
 class CudaUnavailable(RuntimeError):
@@ -431,17 +432,22 @@ class Harness:
 
     # -- YoloConvBnLeaky ---------------------------------------------------
     def yolo_conv_bn_leaky(self, x, filter, conv_bias, bn_gamma, bn_beta, bn_mean, bn_variance,
-                           allow_tf32: bool = False, bias_epilogue: bool = True, **attrs):
+                           allow_tf32: bool = False, bias_epilogue: bool = True, tensor_cores: bool = False,
+                           **attrs):
         """`allow_tf32`: float32 products in TF32 (faster; ~1e-3 relative error,
         outside ops.md's float32 tolerance). `bias_epilogue=False` adds the bias in
-        the LeakyReLU pass instead of cuBLASLt's epilogue (the fallback road)."""
+        the LeakyReLU pass instead of cuBLASLt's epilogue (the fallback road).
+        `tensor_cores`: the implicit GEMM on tensor cores, no im2col matrix, bias
+        and LeakyReLU on the accumulators (float16, and float32 with allow_tf32;
+        elsewhere it has no effect)."""
         c = _Call(self, "YoloConvBnLeaky", (x, filter, conv_bias, bn_gamma, bn_beta, bn_mean, bn_variance), attrs)
         geometry, out_shape = conv_geometry(_shapes(c.arrays), **c.attrs)
         y = c.empty(out_shape)
         if _numel(out_shape):
             if not self.emulated:
                 _preload_cublaslt()
-            flags = (ALLOW_TF32 if allow_tf32 else 0) | (0 if bias_epilogue else NO_EPILOGUE)
+            flags = ((ALLOW_TF32 if allow_tf32 else 0) | (0 if bias_epilogue else NO_EPILOGUE)
+                     | (TENSOR_CORES if tensor_cores else 0))
             geom = (_i64 * len(geometry))(*geometry)
             c.launch("bridge_yolo_conv_bn_leaky", *c.ptrs(*c.arrays, y), geom, c.attrs["epsilon"], c.attrs["alpha"],
                      flags)

@@ -228,7 +228,8 @@ def test_benchmark_rehearses_on_the_emulator():
     doc = json.loads(done.stdout)
     assert doc["device"].startswith("CUDA emulator")
     ops_seen = {r["op"] for r in doc["rows"]}
-    assert ops_seen == {"FusedLayerNorm", "FusedLayerNorm bwd", "YoloConvBnLeaky", "YoloDecode"}, ops_seen
+    assert ops_seen == {"FusedLayerNorm", "FusedLayerNorm bwd", "YoloConvBnLeaky", "YoloConvBnLeaky tensor cores",
+                        "YoloDecode"}, ops_seen
     bound = {"float32": 1e-5, "tf32": 2e-3, "float16": 4e-3}
     for r in doc["rows"]:
         assert r["target"] is None and r["ours_ms"] > 0 and r["base_ms"] > 0, r
@@ -410,13 +411,60 @@ def test_yolo_conv_bn_leaky(k, dev, rng, xs, fs, attrs, dtype, epilogue):
     assert_close("YoloConvBnLeaky", y, CONV.reference(*arrays, **attrs), dtype)
 
 
+def assert_tf32_close(y, arrays, attrs, what):
+    """TF32 keeps 10 mantissa bits of each operand (rounded or truncated: at most
+    2^-10 relative each), so |y - exact| <= 2^-9 * sum_k |x_k| |w'_k| (w' the
+    BN-folded filter), plus float32 accumulation (ops.md's float32 bound): a
+    bound no TF32 product can exceed and a wrong kernel cannot meet."""
+    x, filt, bias, gamma, beta, mean, var = (np.asarray(a, np.float64) for a in arrays)
+    eps = CONV.resolve(attrs)["epsilon"]
+    scale = np.abs(gamma / np.sqrt(var + eps))
+    zeros, ones = np.zeros_like(bias), np.ones_like(var)
+    # sum |x| |w| |s| through the reference itself: no bias, BN scale |s|, all positive (LeakyReLU is identity)
+    magnitude = CONV.reference(np.abs(x), np.abs(filt), zeros, scale * np.sqrt(ones + eps), zeros, zeros, ones, **attrs)
+    ref = CONV.reference(*arrays, **attrs)
+    y = np.asarray(y, np.float64)
+    assert y.shape == ref.shape, f"YoloConvBnLeaky {what}: shape {y.shape} != reference {ref.shape}"
+    assert np.all(np.isfinite(y)), f"YoloConvBnLeaky {what}: non-finite values"
+    if not y.size:
+        return
+    bound = 2.0 ** -9 * magnitude + CONV.tolerance["float32"].atol * np.maximum(1.0, np.abs(ref))
+    excess = np.abs(y - ref) / bound
+    i = np.unravel_index(np.argmax(excess), excess.shape)
+    assert excess[i] <= 1, (f"YoloConvBnLeaky {what}: error {abs(y[i] - ref[i]):.3g} at {i} exceeds the TF32 bound "
+                            f"{bound[i]:.3g}")
+
+
 def test_yolo_conv_bn_leaky_tf32(k, dev, rng):
-    """TF32 (opt-in) rounds the inputs to 10-bit mantissas: stated tolerance
-    2e-3 * max(1, |y|) at these unit-scale inputs, 20x ops.md's float32 bound."""
+    """TF32 (opt-in) through cuBLASLt, within TF32's own error bound."""
     xs, fs = (1, 26, 26, 64), (3, 3, 64, 32)
     arrays = _conv_inputs(rng, "float32", xs, fs)
     y = dev.get(k.yolo_conv_bn_leaky(*(dev.put(a) for a in arrays), allow_tf32=True))
-    assert_close("YoloConvBnLeaky", y, CONV.reference(*arrays), "float32", scale=20.0, what="TF32")
+    assert_tf32_close(y, arrays, {}, "TF32")
+
+
+# The tensor-core road: several tiles along pixels and channels and several K
+# slices (1x12x13x40 -> 70), and the cases above but the largest (long on the emulator).
+TC_CASES = CONV_CASES[:-1] + [((1, 12, 13, 40), (3, 3, 40, 70), {})]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("xs,fs,attrs", TC_CASES, ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else None)
+def test_yolo_conv_bn_leaky_tensor_cores(k, dev, rng, xs, fs, attrs, dtype):
+    """The implicit GEMM on tensor cores: float16 within ops.md's bound; float32
+    runs it in TF32 (the road needs TF32 allowed), so within TF32's bound."""
+    arrays = _conv_inputs(rng, dtype, xs, fs)
+    if k.emulated:
+        k.emulator_stats(reset=True)
+    y = dev.get(k.yolo_conv_bn_leaky(*(dev.put(a) for a in arrays), tensor_cores=True,
+                                     allow_tf32=dtype == "float32", **attrs))
+    if k.emulated and 0 not in xs:
+        stats = k.emulator_stats()
+        assert stats["gemms"] == 0 and stats["shuffles"] > 0, stats  # the warp matrix road ran, not cuBLASLt
+    if dtype == "float32":
+        assert_tf32_close(y, arrays, attrs, "tensor cores TF32")
+    else:
+        assert_close("YoloConvBnLeaky", y, CONV.reference(*arrays, **attrs), dtype, what="tensor cores")
 
 
 DECODE_CASES = [(1, 13, 13, 3, 80, 1.0), (2, 5, 7, 3, 1, 1.05), (1, 1, 1, 1, 1, 1.0), (3, 2, 3, 2, 4, 1.2),

@@ -6,9 +6,10 @@
 // Limits: cuBLASLt is loaded at run time (TensorFlow's own libcublasLt when it has
 // one) with a handle of ours per device, not TensorFlow's; products are full
 // float32 (TF32 off) unless BRIDGE_ALLOW_TF32=1 is in the environment when the
-// kernel is constructed;
-// scratch (folded filter, one im2col chunk of <= 64 MiB, 32 MiB for cuBLASLt)
-// comes from TensorFlow's allocator per call.
+// kernel is constructed; BRIDGE_CONV_TENSOR_CORES=1 there picks the implicit GEMM
+// on tensor cores (conv_tensor_cores.cuh) for float16 and TF32; scratch (folded
+// filter, one im2col chunk of <= 64 MiB, 32 MiB for cuBLASLt) comes from
+// TensorFlow's allocator per call.
 #if GOOGLE_CUDA
 
 #include <algorithm>
@@ -37,6 +38,8 @@ class YoloConvBnLeakyGpuOp : public tensorflow::OpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("alpha", &alpha_));
     const char* tf32 = std::getenv("BRIDGE_ALLOW_TF32");
     if (tf32 && std::string(tf32) == "1") flags_ |= bridge_cuda::conv::kAllowTf32;
+    const char* tensor_cores = std::getenv("BRIDGE_CONV_TENSOR_CORES");
+    if (tensor_cores && std::string(tensor_cores) == "1") flags_ |= bridge_cuda::conv::kTensorCores;
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -59,7 +62,7 @@ class YoloConvBnLeakyGpuOp : public tensorflow::OpKernel {
     } else if (padding_ == "EXPLICIT") {
       g.pad_top = explicit_paddings_[2], g.pad_left = explicit_paddings_[4];
     }
-    const size_t bytes = bridge_cuda::conv::WorkspaceBytes<T>(g);
+    const size_t bytes = bridge_cuda::conv::WorkspaceBytes<T>(g, flags_);
     Tensor scratch;
     void* ws = nullptr;
     OP_REQUIRES_OK(ctx, Scratch(ctx, bytes, &scratch, &ws));

@@ -16,6 +16,9 @@
 //
 // Layouts: the row-major [K, Cout] filter is a column-major Cout x K matrix and the
 // row-major cols a column-major K x M one, so Y^T = W'^T * cols^T needs no transpose.
+//
+// With kTensorCores (float16, or float32 with TF32 allowed) steps 2-4 are one
+// implicit-GEMM kernel on tensor cores instead (conv_tensor_cores.cuh).
 #ifndef BRIDGE_TF_OPS_CUDA_YOLO_CONV_BN_LEAKY_CUH_
 #define BRIDGE_TF_OPS_CUDA_YOLO_CONV_BN_LEAKY_CUH_
 
@@ -23,6 +26,7 @@
 #include <type_traits>
 
 #include "common.cuh"
+#include "conv_tensor_cores.cuh"
 #include "cublaslt.cuh"
 
 namespace bridge_cuda {
@@ -32,9 +36,16 @@ constexpr size_t kIm2colBytes = size_t(64) << 20;
 constexpr size_t kGemmWorkspaceBytes = size_t(32) << 20;
 
 enum Flags : int {
-  kAllowTf32 = 1,   // float32 products in TF32 (faster, ~1e-3 relative error)
-  kNoEpilogue = 2,  // add b' in the LeakyReLU pass instead of cuBLASLt's epilogue
+  kAllowTf32 = 1,    // float32 products in TF32 (faster, ~1e-3 relative error)
+  kNoEpilogue = 2,   // add b' in the LeakyReLU pass instead of cuBLASLt's epilogue
+  kTensorCores = 4,  // the implicit GEMM on tensor cores (conv_tensor_cores.cuh) where it
+                     // applies: float16, and float32 with kAllowTf32
 };
+
+template <typename T>
+bool UsesTensorCores(int flags) {
+  return (flags & kTensorCores) && (std::is_same<T, __half>::value || (flags & kAllowTf32));
+}
 
 // Everything about one call, in elements; pads are the top/left ones (the
 // bottom/right ones only shape OH/OW, which the caller has computed).
@@ -138,13 +149,19 @@ struct Scratch {
   void* gemm;
   int64_t chunk;  // output pixels per im2col chunk (0: pointwise, no im2col)
   size_t bytes;
-  Scratch(void* base, const Geometry& g) {
+  Scratch(void* base, const Geometry& g, int flags) {
     Carve c(base);
     const int64_t k = g.K(), m = g.M();
     w = c.take<T>(static_cast<size_t>(k * g.cout));
     bias_t = c.take<T>(static_cast<size_t>(g.cout));
     bias_f = c.take<float>(static_cast<size_t>(g.cout));
     chunk = 0;
+    if (UsesTensorCores<T>(flags)) {  // no im2col matrix, no cuBLASLt
+      cols = nullptr;
+      gemm = nullptr;
+      bytes = c.used;
+      return;
+    }
     if (!g.Pointwise() && k > 0 && m > 0) {
       chunk = static_cast<int64_t>(kIm2colBytes / (sizeof(T) * k));
       chunk = chunk < 1 ? 1 : (chunk > m ? m : chunk);
@@ -156,8 +173,8 @@ struct Scratch {
 };
 
 template <typename T>
-size_t WorkspaceBytes(const Geometry& g) {
-  return Scratch<T>(nullptr, g).bytes;
+size_t WorkspaceBytes(const Geometry& g, int flags) {
+  return Scratch<T>(nullptr, g, flags).bytes;
 }
 
 inline Status CheckGeometry(const Geometry& g) {
@@ -182,7 +199,7 @@ Status ConvBnLeaky(const T* x, const T* filter, const T* conv_bias, const T* bn_
   if (!s.ok()) return s;
   const int64_t m = g.M(), k = g.K();
   if (m == 0 || g.cout == 0) return Ok();  // empty output
-  Scratch<T> w(workspace, g);
+  Scratch<T> w(workspace, g, flags);
   if (workspace == nullptr || workspace_bytes < w.bytes) {
     return Error("YoloConvBnLeaky: workspace of " + std::to_string(workspace_bytes) + " bytes, needs " +
                  std::to_string(w.bytes));
@@ -197,6 +214,7 @@ Status ConvBnLeaky(const T* x, const T* filter, const T* conv_bias, const T* bn_
     s = Check(cudaMemsetAsync(y, 0, sizeof(T) * m * g.cout, stream), "YoloConvBnLeaky: zeroing y");
     return s.ok() ? BiasLeaky(y, w.bias_f, m * g.cout, g.cout, alpha, stream) : s;
   }
+  if (UsesTensorCores<T>(flags)) return tc::ImplicitGemm<T>(x, w.w, w.bias_f, y, g, alpha, stream);
   const cudaDataType_t type = std::is_same<T, float>::value ? CUDA_R_32F : CUDA_R_16F;
   const bool tf32 = (flags & kAllowTf32) != 0;
   const int64_t step = w.chunk > 0 ? w.chunk : m;

@@ -22,6 +22,7 @@ namespace {
 constexpr size_t kStackBytes = size_t(256) << 10;  // kernels keep whole row slices in locals
 constexpr unsigned kWarp = 32;
 constexpr unsigned kMaxThreads = 1024;
+constexpr int kMaxGather = 32;  // floats per lane in one WarpGather
 
 enum class State { kReady, kAtBlockBarrier, kAtWarpBarrier, kDone };
 
@@ -51,6 +52,7 @@ struct Emulator {
   const char* kernel = "";
   const std::function<void()>* body = nullptr;
   float exchange[2][kMaxThreads];
+  float gather[2][kMaxThreads][kMaxGather];
   std::string launch_error;  // the first error of the running launch
   cudaError_t last = cudaSuccess;
   std::string last_message;
@@ -76,12 +78,6 @@ uint64_t NextRandom() {
   x ^= x >> 7;
   x ^= x << 17;
   return x;
-}
-
-void Fail(const std::string& what) {
-  Emulator& e = E();
-  if (!e.launch_error.empty()) return;
-  e.launch_error = std::string(e.kernel) + ": " + what;
 }
 
 void Trampoline() {
@@ -195,6 +191,12 @@ void SetLaunchError(cudaError_t code, const std::string& message) {
 
 }  // namespace
 
+void Fail(const std::string& what) {
+  Emulator& e = E();
+  if (!e.launch_error.empty()) return;
+  e.launch_error = std::string(e.kernel) + ": " + what;
+}
+
 const ThreadPlace& Here() { return *E().here; }
 
 // Notes a synchronising call; false (and a failure) when the block runs as plain calls.
@@ -210,6 +212,27 @@ static bool CanSynchronise(const char* what) {
 void SyncThreads() {
   ++E().stats.barriers;
   if (CanSynchronise("__syncthreads")) Yield(State::kAtBlockBarrier);
+}
+
+void WarpGather(const float* mine, int count, float* out) {
+  Emulator& e = E();
+  ++e.stats.shuffles;
+  if (!CanSynchronise("a warp matrix operation")) return;
+  const dim3 bd = e.here->block_dim;
+  if ((bd.x * bd.y * bd.z) % kWarp != 0) Fail("a warp matrix operation in a block with a partial warp");
+  if (count < 0 || count > kMaxGather) {
+    Fail("WarpGather of " + std::to_string(count) + " values (at most " + std::to_string(kMaxGather) + ")");
+    return;
+  }
+  Fiber* f = e.current;
+  const unsigned buffer = f->shuffles++ & 1u;
+  std::memcpy(e.gather[buffer][f->linear], mine, sizeof(float) * count);
+  f->lane_mask = -count;  // lanes that disagree on the count are reported like different lane masks
+  Yield(State::kAtWarpBarrier);
+  const unsigned base = f->linear - f->linear % kWarp;
+  for (unsigned lane = 0; lane < kWarp; ++lane) {
+    std::memcpy(out + lane * count, e.gather[buffer][base + lane], sizeof(float) * count);
+  }
 }
 
 bool CheckAligned(const void* p, size_t bytes, const char* file, int line) {

@@ -28,6 +28,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -60,6 +61,11 @@ struct ThreadPlace {
 const ThreadPlace& Here();
 
 void SyncThreads();
+// Every lane of the warp passes `count` (<= 32) floats; each gets all of them, as
+// out[lane * count + i]. A warp collective, checked as a shuffle is.
+void WarpGather(const float* mine, int count, float* out);
+// Records what went wrong in the running launch (the first failure is kept).
+void Fail(const std::string& what);
 bool CheckAligned(const void* p, size_t bytes, const char* file, int line);
 float ShflXor(unsigned mask, float value, int lane_mask, int width);
 

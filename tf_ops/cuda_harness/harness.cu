@@ -127,7 +127,7 @@ int ConvBnLeaky(const void* x, const void* filter, const void* conv_bias, const 
   Status s = bridge_cuda::conv::CheckGeometry(g);  // before the scratch is sized from it
   if (s.ok()) s = UseDeviceOf(filter);
   if (!s.ok()) return Report(s);
-  const size_t bytes = bridge_cuda::conv::WorkspaceBytes<T>(g);
+  const size_t bytes = bridge_cuda::conv::WorkspaceBytes<T>(g, flags);
   Scratch scratch(g.M() > 0 && g.cout > 0 ? bytes : 0, AsStream(stream));
   if (!scratch.status().ok()) return Report(scratch.status());
   return Report(bridge_cuda::conv::ConvBnLeaky<T>(
