@@ -39,3 +39,15 @@ def test_a_build_is_cached_by_its_inputs(tmp_path, monkeypatch):
     assert b.library(quiet=True) == lib  # the second call finds it
     (src / "ok.cc").write_text("extern \"C\" int answer() { return 43; }\n")
     assert b.library(quiet=True) != lib  # a changed source is another build
+
+
+def test_a_failed_build_names_a_target_bridge_build_accepts():
+    """The fix a build error prints (`bridge build NAME --force`) must be a command
+    that runs: every Build's name is a target of `bridge build`."""
+    import re
+    from bridge.commands import build
+    from pathlib import Path
+    source = Path(native.__file__).read_text()
+    names = set(re.findall(r'Build\(name="([a-z_]+)"', source))
+    assert names >= {"tf_ops", "ort", "cuda_harness", "cuda_emulator"}, names
+    assert names <= set(build.TARGETS + build.ON_REQUEST), names - set(build.TARGETS + build.ON_REQUEST)

@@ -6,11 +6,14 @@ import sys
 NAME = "build"
 HELP = "build the native libraries (TensorFlow ops, onnxruntime kernels) into the cache"
 TARGETS = ("tf_ops", "ort")
+# Built on request only: the CUDA kernels behind a C ABI (needs nvcc), and the same
+# kernels for the CPU emulator (needs the CUDA headers, no GPU).
+ON_REQUEST = ("cuda_harness", "cuda_emulator")
 
 
 def add_arguments(p):
     p.add_argument("targets", nargs="*", metavar="TARGET",
-                   help=f"what to build: {', '.join(TARGETS)} (default: all)")
+                   help=f"what to build: {', '.join(TARGETS + ON_REQUEST)} (default: {', '.join(TARGETS)})")
     p.add_argument("--force", action="store_true", help="rebuild even when the cache has the library")
     p.add_argument("--portable", action="store_true",
                    help="build without -march=native, for other x86-64 machines")
@@ -21,16 +24,20 @@ def run(args) -> int:
     from bridge import native
     from bridge.cli import UsageError
     targets = args.targets or list(TARGETS)
-    unknown = [t for t in targets if t not in TARGETS]
+    unknown = [t for t in targets if t not in TARGETS + ON_REQUEST]
     if unknown:
-        raise UsageError(f"unknown target {unknown[0]!r}; choose from {', '.join(TARGETS)}")
+        raise UsageError(f"unknown target {unknown[0]!r}; choose from {', '.join(TARGETS + ON_REQUEST)}")
     portable = True if args.portable else None
     try:
         for target in targets:
             if target == "tf_ops":
                 b = native.tf_ops_build(cuda=args.cuda, portable=portable)
-            else:
+            elif target == "ort":
                 b = native.ort_build(portable=portable)
+            elif target == "cuda_harness":
+                b = native.cuda_harness_build()
+            else:
+                b = native.cuda_emulator_build()
             print(f"{target}: {b.library(force=args.force)}")
     except native.BuildError as e:
         print(f"bridge build: {e}", file=sys.stderr)
