@@ -467,6 +467,19 @@ def test_yolo_conv_bn_leaky_tensor_cores(k, dev, rng, xs, fs, attrs, dtype):
         assert_close("YoloConvBnLeaky", y, CONV.reference(*arrays, **attrs), dtype, what="tensor cores")
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_yolo_conv_bn_leaky_tensor_cores_unaligned_input(k, dev, rng, dtype):
+    """x one element off a 16-byte boundary: the gather takes scalar loads (a
+    vector load there faults on a GPU; the emulator checks it)."""
+    arrays = _conv_inputs(rng, dtype, (1, 9, 10, 16), (3, 3, 16, 24))
+    y = dev.get(k.yolo_conv_bn_leaky(dev.misaligned(arrays[0]), *(dev.put(a) for a in arrays[1:]),
+                                     tensor_cores=True, allow_tf32=dtype == "float32"))
+    if dtype == "float32":
+        assert_tf32_close(y, arrays, {}, "tensor cores TF32, unaligned x")
+    else:
+        assert_close("YoloConvBnLeaky", y, CONV.reference(*arrays), dtype, what="tensor cores, unaligned x")
+
+
 DECODE_CASES = [(1, 13, 13, 3, 80, 1.0), (2, 5, 7, 3, 1, 1.05), (1, 1, 1, 1, 1, 1.0), (3, 2, 3, 2, 4, 1.2),
                 (0, 4, 4, 3, 2, 1.0)]
 
@@ -560,6 +573,8 @@ PLANTED = {
         ("common.cuh", "  __syncthreads();\n  if (lane == 0) scratch[warp] = v;", "  if (lane == 0) scratch[warp] = v;"),
         # The plan trusting any pointer to be 16-byte aligned (vector road).
         ("fused_layer_norm.cuh", "for (const void* q : pointers) aligned = aligned && Aligned(q, 16);", ""),
+        # The tensor-core gather trusting x to be 16-byte aligned.
+        ("conv_tensor_cores.cuh", "g.cin % V == 0 && Aligned(x, 16)", "g.cin % V == 0"),
         # A class probability written one place further on: the last one lands past the end.
         ("yolo_decode.cuh", "class_probs[row * p.num_classes + (k - 5)]", "class_probs[row * p.num_classes + (k - 4)]"),
     ],
@@ -589,7 +604,7 @@ def planted(tmp_path_factory):
         cmd = [native.cxx_compiler(), "-std=c++17", "-O1", "-w", "-fPIC", "-shared", f"-I{em}", f"-I{root / 'cuda'}",
                f"-I{root / 'cuda_harness'}", "-isystem", str(native.cuda_headers()), "-isystem",
                str(native.cublas_include()), str(em / "harness_on_cpu.cc"), str(em / "emulator.cc"),
-               str(em / "cublaslt.cc"), "-o", str(lib), "-ldl"]
+               str(em / "cublaslt.cc"), "-o", str(lib), "-ldl", "-Wl,-Bsymbolic"]
         jobs.append((name, lib, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
     out = {}
     for name, lib, job in jobs:
@@ -619,6 +634,14 @@ def test_emulator_reports_a_misaligned_vector_access(planted, rng):
         e.fused_layer_norm(dev.misaligned(x), gamma, beta)
 
 
+def test_emulator_reports_a_misaligned_gather(planted, rng):
+    e, dev = planted["races"], HostDevice()
+    arrays = _conv_inputs(rng, "float16", (1, 5, 6, 16), (3, 3, 16, 8))
+    with pytest.raises(RuntimeError, match=r"YoloConvBnLeaky \(CUDA emulator\): kernel failed: ImplicitGemmKernel<.*: "
+                                           r"misaligned 16-byte access at common.cuh"):
+        e.yolo_conv_bn_leaky(dev.misaligned(arrays[0]), *arrays[1:], tensor_cores=True)
+
+
 def test_emulator_reports_a_write_past_the_output(planted, rng):
     e = planted["races"]
     raw = rng.normal(size=(1, 2, 2, 3 * 7)).astype(np.float32)
@@ -632,3 +655,19 @@ def test_emulator_reports_a_divergent_shuffle(planted, rng):
     with pytest.raises(RuntimeError, match=r"FusedLayerNorm \(CUDA emulator\): kernel failed: ForwardKernel<.*"
                                            r"cannot go on: .*warp 0: 16 of 32 lanes at a shuffle"):
         e.fused_layer_norm(x, gamma, beta)
+
+
+def test_emulator_keeps_its_own_runtime_next_to_tensorflow():
+    """TensorFlow loads CUDA runtime stubs into the process; the emulator's
+    stand-ins must still be the ones its kernels call (they bind inside it)."""
+    pytest.importorskip("tensorflow")
+    _emulator_or_skip()
+    code = ("import tensorflow, numpy as np\n"
+            "from bridge import cuda, ops\n"
+            "x = np.random.default_rng(0).normal(size=(3, 5)).astype(np.float32); g = np.ones(5, np.float32)\n"
+            "y = cuda.emulator().fused_layer_norm(x, g, g)\n"
+            "print(float(np.abs(y - ops.get('FusedLayerNorm').reference(x, g, g)).max()))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert float(done.stdout.strip().splitlines()[-1]) < 1e-5, done.stdout

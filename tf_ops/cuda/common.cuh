@@ -4,9 +4,10 @@
 //   bridge_cuda::Status                  an error message, empty when all went well
 //   Check(cudaError_t, what)             a CUDA error as a Status naming what failed
 //   ToF / FromF<T>                       float <-> T (float or __half) on the device
-//   Pack<T, V>, LoadF<T, V>, StoreF<T, V>
+//   Pack<T, V>, LoadF<T, V>, StoreF<T, V>, LoadVec<T, V>, StoreVec<T, V>
 //                                        V values of T as one aligned load/store
-//                                        (16 bytes when V * sizeof(T) == 16)
+//                                        (16 bytes when V * sizeof(T) == 16), as
+//                                        floats or as they are
 //   GroupSum(v, group, scratch)          sum over a warp (group == 32) or the block
 //   Carve                                slices of one workspace, 256-byte aligned
 //   LaunchBlocks(n, per_block)           a grid size capped for grid-stride loops
@@ -87,6 +88,24 @@ __device__ __forceinline__ void StoreF(T* p, const float* in) {
   Pack<T, V> pk;
 #pragma unroll
   for (int i = 0; i < V; ++i) pk.v[i] = FromF<T>(in[i]);
+  *reinterpret_cast<Pack<T, V>*>(p) = pk;
+}
+
+// V values of T copied as one aligned load or store, no conversion.
+template <typename T, int V>
+__device__ __forceinline__ void LoadVec(const T* p, T* out) {
+  BRIDGE_CHECK_ALIGNED(p, sizeof(Pack<T, V>));
+  const Pack<T, V> pk = *reinterpret_cast<const Pack<T, V>*>(p);
+#pragma unroll
+  for (int i = 0; i < V; ++i) out[i] = pk.v[i];
+}
+
+template <typename T, int V>
+__device__ __forceinline__ void StoreVec(T* p, const T* in) {
+  BRIDGE_CHECK_ALIGNED(p, sizeof(Pack<T, V>));
+  Pack<T, V> pk;
+#pragma unroll
+  for (int i = 0; i < V; ++i) pk.v[i] = in[i];
   *reinterpret_cast<Pack<T, V>*>(p) = pk;
 }
 
