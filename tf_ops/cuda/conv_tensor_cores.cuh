@@ -126,31 +126,29 @@ __device__ __forceinline__ void GatherB(const T* __restrict__ w, const G& g, int
   }
 }
 
-// The registers of GatherA / GatherB into the shared tiles, in the same order.
+// Registers gathered by GatherA / GatherB (`width` columns, `count` values per
+// thread) into a shared tile, in the order they were read.
+template <typename T>
+__device__ __forceinline__ void StoreTile(const T* regs, bool vector, int width, int count, int t, T* tile,
+                                          int ld) {
+  constexpr int V = Vec<T>();
+  const int per_row = vector ? width / V : width, stores = vector ? count / V : count;
+  for (int j = 0; j < stores; ++j) {
+    const int i = t + j * kThreads;
+    T* at = tile + (i / per_row) * ld + (i % per_row) * (vector ? V : 1);
+    if (vector) {
+      StoreVec<T, V>(at, regs + j * V);
+    } else {
+      *at = regs[j];
+    }
+  }
+}
+
 template <typename T>
 __device__ __forceinline__ void StoreTiles(const T* regs_a, const T* regs_b, bool vector_a, bool vector_b, int t,
                                            T* a_tile, int lda, T* b_tile, int ldb) {
-  constexpr int V = Vec<T>();
-  const int a_row = vector_a ? kTileK / V : kTileK, a_loads = vector_a ? kRegsA / V : kRegsA;
-  for (int j = 0; j < a_loads; ++j) {
-    const int i = t + j * kThreads;
-    T* at = a_tile + (i / a_row) * lda + (i % a_row) * (vector_a ? V : 1);
-    if (vector_a) {
-      StoreVec<T, V>(at, regs_a + j * V);
-    } else {
-      *at = regs_a[j];
-    }
-  }
-  const int b_row = vector_b ? kTileN / V : kTileN, b_loads = vector_b ? kRegsB / V : kRegsB;
-  for (int j = 0; j < b_loads; ++j) {
-    const int i = t + j * kThreads;
-    T* at = b_tile + (i / b_row) * ldb + (i % b_row) * (vector_b ? V : 1);
-    if (vector_b) {
-      StoreVec<T, V>(at, regs_b + j * V);
-    } else {
-      *at = regs_b[j];
-    }
-  }
+  StoreTile(regs_a, vector_a, kTileK, kRegsA, t, a_tile, lda);
+  StoreTile(regs_b, vector_b, kTileN, kRegsB, t, b_tile, ldb);
 }
 
 // One block: a 128-pixel x 64-channel tile of Y with 8 warps (4 x 2), each a 32x32
