@@ -151,9 +151,9 @@ __device__ __forceinline__ void StoreTiles(const T* regs_a, const T* regs_b, boo
   StoreTile(regs_b, vector_b, kTileN, kRegsB, t, b_tile, ldb);
 }
 
-// One block: a 128-pixel x 64-channel tile of Y with 8 warps (4 x 2), each a 32x32
-// quarter-of-a-half as 2x2 fragments. The next K slice is fetched into registers
-// while the tensor cores work on the current one from shared memory.
+// One block: a 128-pixel x 64-channel tile of Y with 8 warps (4 x 2), each warp a
+// 32x32 piece as 2x2 fragments. The next K slice is fetched into registers while
+// the tensor cores work on the current one from shared memory.
 template <typename T, typename G>
 __global__ void __launch_bounds__(kThreads) ImplicitGemmKernel(const T* __restrict__ x, const T* __restrict__ w,
                                                                const float* __restrict__ bias, T* __restrict__ y,
