@@ -12,6 +12,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <string>
 
 #include "fused_layer_norm.cuh"
@@ -44,9 +46,8 @@ Status UseDeviceOf(const void* p) {
   return bridge_cuda::Check(cudaSetDevice(attr.device), "cudaSetDevice");
 }
 
-bool PoolsSupported() {
-  int device = 0, supported = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return false;
+bool PoolsSupportedOn(int device) {
+  int supported = 0;
   if (cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, device) != cudaSuccess) return false;
   if (supported) {
     // Keep what is freed instead of returning it at each synchronisation, so a
@@ -58,6 +59,19 @@ bool PoolsSupported() {
     }
   }
   return supported != 0;
+}
+
+// Asked once per device: the answer does not change, and each call's driver
+// queries would cost microseconds next to kernels that take a few.
+bool PoolsSupported() {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return false;
+  static std::mutex mu;
+  static std::map<int, bool> known;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = known.find(device);
+  if (it == known.end()) it = known.emplace(device, PoolsSupportedOn(device)).first;
+  return it->second;
 }
 
 // Scratch memory for one call, freed in stream order when the call's work is queued.
