@@ -77,8 +77,10 @@ class Tolerance:
 
     atol: float
 
-    def excess(self, got: np.ndarray, ref: np.ndarray) -> float:
-        """Largest ratio error / allowed; <= 1 passes. NaN or Inf never passes."""
+    def excess(self, got: np.ndarray, ref: np.ndarray, extra=0.0) -> float:
+        """Largest ratio error / allowed; <= 1 passes. NaN or Inf never passes.
+        `extra`: an absolute allowance added per element (e.g. the rounding a
+        reduced-precision road is entitled to), scalar or shaped like ref."""
         got = np.asarray(got, dtype=np.float64)
         ref = np.asarray(ref, dtype=np.float64)
         if got.shape != ref.shape:
@@ -87,7 +89,7 @@ class Tolerance:
             return 0.0
         if not np.all(np.isfinite(got)):
             return float("inf")
-        allowed = self.atol * np.maximum(1.0, np.abs(ref))
+        allowed = self.atol * np.maximum(1.0, np.abs(ref)) + extra
         return float(np.max(np.abs(got - ref) / allowed))
 
 

@@ -129,6 +129,20 @@ def _reference(x, filt, conv_bias, bn_gamma, bn_beta, bn_mean, bn_variance, *,
     return np.where(z > 0, z, alpha * z)
 
 
+def tf32_error_bound(x, filt, conv_bias, bn_gamma, bn_beta, bn_mean, bn_variance, *,
+                     strides, padding, explicit_paddings, dilations, epsilon, alpha):
+    """Per output element, the most a product in TF32 can differ from the exact one:
+    TF32 keeps 10 mantissa bits of each operand (rounded or truncated: at most 2^-10
+    relative each), so 2^-9 * sum_k |x_k| |w'_k|, w' the BN-folded filter. (Float32
+    accumulation comes on top: ops.md's float32 bound.) Arguments as the reference's,
+    attributes resolved."""
+    x, filt = np.asarray(x, np.float64), np.asarray(filt, np.float64)
+    pads, _ = resolve_pads(x.shape, filt.shape, strides, padding, explicit_paddings, dilations)
+    w, _ = fold(filt, *(np.asarray(a, np.float64) for a in (conv_bias, bn_gamma, bn_beta, bn_mean, bn_variance)),
+                epsilon)
+    return 2.0 ** -9 * conv2d_nhwc(np.abs(x), np.abs(w), pads, strides[1:3], dilations[1:3])
+
+
 def _to_onnx(input_shapes, *, strides, padding, explicit_paddings, dilations, epsilon, alpha):
     pads, _ = resolve_pads(input_shapes[0], input_shapes[1], strides, padding, explicit_paddings, dilations)
     if None in pads:
