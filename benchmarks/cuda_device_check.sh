@@ -3,8 +3,9 @@
 # on the GPU, run benchmarks/cuda.py. For a machine with an NVIDIA GPU, nvcc,
 # CMake and PyTorch but not necessarily this project installed (the device tool's
 # machine: run it there as `bash benchmarks/cuda_device_check.sh`, see
-# benchmarks/RESULTS.md). Writes device.txt, build.log, tests.log, bench.txt and
-# bench.json under $OUT (else ./out-cuda). Exits with pytest's status.
+# benchmarks/RESULTS.md). Writes device.txt, build.log, tests.log, check.txt (the
+# `bridge cuda` table), bench.txt and bench.json under $OUT (else ./out-cuda).
+# Exits with pytest's status.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-out-cuda}"
@@ -17,5 +18,6 @@ py="${PYTHON:-python3}"
 "$py" -c "from bridge import cuda; print(cuda.library_path())" 2>&1 | tee "$out/build.log"
 "$py" -m pytest tests/test_cuda.py -q -p no:cacheprovider -k "not emulator" 2>&1 | tee "$out/tests.log"
 rc=${PIPESTATUS[0]}
+"$py" -m bridge cuda 2>&1 | tee "$out/check.txt"
 "$py" benchmarks/cuda.py --repeat 20 --inner 20 --json-out "$out/bench.json" 2>&1 | tee "$out/bench.txt"
 exit "$rc"
