@@ -17,7 +17,7 @@ two ways a body is used:
 from __future__ import annotations
 
 import importlib
-from typing import Dict, Iterable, List, Optional, Sequence, Union
+from typing import Dict, List, Optional, Sequence, Union
 
 import numpy as np
 import onnx
@@ -26,7 +26,7 @@ from onnx import helper, numpy_helper
 from bridge import ops as specs
 from bridge.ops import OpSpec
 
-from .schemas import allowed_elem_types, attribute_value, node_attrs
+from .schemas import allowed_elem_types, node_attrs
 
 MIN_FUNCTION_OPSET = 13   # generic function bodies
 MIN_INLINE_OPSET = 11     # specialised (inlined) bodies

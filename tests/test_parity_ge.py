@@ -181,7 +181,6 @@ def test_multiply_adds_of_conv_matmul_gemm():
 def test_loaded_ge_outputs_follow_the_ge_models_order(yolo, yolo_report, tmp_path):
     """msame's .bin files come in the GE model's output order: loaded under the
     name `ge`, they are read in that order, and a perturbed one fails."""
-    import onnxruntime as ort
     from bridge import onnx_plugins
     from bridge.parity import inputs as inputs_mod
     feeds = yolo.sample_inputs(1, 5)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import os
 from functools import lru_cache
-from typing import Dict, Optional, Set
+from typing import Dict, Set
 
 CSV_PATH = os.path.join(os.path.dirname(__file__), "atc_onnx_ops.csv")
 ANY = "any"

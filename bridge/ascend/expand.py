@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Dict, Iterable, List, Optional
 
-import onnx
 from onnx import ModelProto, NodeProto, TensorProto, helper
 
 from bridge import ops

@@ -39,7 +39,6 @@ import argparse
 import importlib
 import json
 import logging
-import os
 import pkgutil
 import sys
 

@@ -14,7 +14,7 @@ the same Inf at that place. Integer and bool outputs must match exactly.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Dict, Mapping, Optional, Tuple
 
 import numpy as np
