@@ -1,7 +1,7 @@
 """TensorFlow op speeds: each fused op against what TensorFlow runs without it,
 side by side in one run.
 
-    python benchmarks/tf_ops.py [--repeat 20] [--json] [--quick] [--only fln,conv,decode]
+    python benchmarks/tf_ops.py [--repeat 20] [--json] [--quick] [--only fln,fln_grad,conv,decode]
 
 Rows (ratio = baseline time / fused time: > 1 means the fused op is faster):
   FusedLayerNorm   vs the native composition (moments + rsqrt) and vs Keras
@@ -10,6 +10,11 @@ Rows (ratio = baseline time / fused time: > 1 means the fused op is faster):
                    bytes (numpy into a ready buffer, the better of one and two
                    threads; and TF's DeepCopy, which allocates its output as the op
                    does); ratio = the fraction of copy bandwidth reached.
+  FusedLayerNorm forward + backward (a training step's share: the gradients of
+                   sum(w * y) for x, gamma, beta) in tf.function: the fused forward
+                   with the fused gradient op vs the same forward with the composite
+                   gradient (standard TF ops), the native composition and Keras
+                   LayerNormalization, both differentiated by TensorFlow.
   YoloConvBnLeaky  vs Keras Conv2D + BatchNormalization + LeakyReLU: eager,
                    tf.function, and frozen (weights as constants, which lets
                    grappler/oneDNN fuse Conv+BiasAdd+LeakyRelu) at YOLOv3 shapes.
@@ -95,18 +100,28 @@ def _copy_rows(label, ours, x, repeat):
     return rows
 
 
+LN_SHAPES = [(4, 128, 768), (32, 512, 1024)]
+
+
+def _layer_norm_case(rng, shape, eps, make):
+    """x, gamma and beta (made by `make`: tf.Variable or tf.constant) and a Keras
+    LayerNormalization holding the same gamma and beta."""
+    h = shape[-1]
+    x = tf.constant(rng.standard_normal(shape).astype(np.float32))
+    gamma = make(rng.uniform(0.5, 1.5, h).astype(np.float32))
+    beta = make(rng.uniform(-0.5, 0.5, h).astype(np.float32))
+    keras_ln = tf.keras.layers.LayerNormalization(epsilon=eps)
+    keras_ln.build(shape)
+    keras_ln.set_weights([gamma.numpy(), beta.numpy()])
+    return x, gamma, beta, keras_ln
+
+
 def bench_layer_norm(rng, repeat, quick):
     spec = specs.get("FusedLayerNorm")
     eps = spec.attr("epsilon").default
     rows = []
-    for shape in [(4, 128, 768)] + ([] if quick else [(32, 512, 1024)]):
-        h = shape[-1]
-        x = tf.constant(rng.standard_normal(shape).astype(np.float32))
-        gamma = tf.Variable(rng.uniform(0.5, 1.5, h).astype(np.float32))
-        beta = tf.Variable(rng.uniform(-0.5, 0.5, h).astype(np.float32))
-        keras_ln = tf.keras.layers.LayerNormalization(epsilon=eps)
-        keras_ln.build(shape)
-        keras_ln.set_weights([gamma.numpy(), beta.numpy()])
+    for shape in LN_SHAPES[:1] if quick else LN_SHAPES:
+        x, gamma, beta, keras_ln = _layer_norm_case(rng, shape, eps, tf.Variable)
         fused = lambda x: tf_ops.fused_layer_norm(x, gamma, beta, epsilon=eps)
         native = lambda x: _moments_layer_norm(x, gamma, beta, eps)
         keras = lambda x: keras_ln(x)
@@ -123,6 +138,55 @@ def bench_layer_norm(rng, repeat, quick):
                                                                                       repeat)))
             if mode == "function":
                 rows.extend(_copy_rows(label, ours, x, repeat))
+    return rows
+
+
+def bench_layer_norm_grad(rng, repeat, quick):
+    from bridge.tf_ops import fused_layer_norm_op
+    spec = specs.get("FusedLayerNorm")
+    eps = spec.attr("epsilon").default
+    rows = []
+    for shape in LN_SHAPES[:1] if quick else LN_SHAPES:
+        x, gamma, beta, keras_ln = _layer_norm_case(rng, shape, eps, tf.constant)
+        w = tf.constant(rng.standard_normal(shape).astype(np.float32))
+
+        @tf.custom_gradient
+        def fused_composite_grad(x, gamma, beta):
+            def grad(dy):
+                return fused_layer_norm_op._composite_gradient(dy, x, gamma, eps)
+            return tf_ops.fused_layer_norm(x, gamma, beta, epsilon=eps), grad
+
+        def step(layer_norm):
+            @tf.function
+            def run(x, gamma, beta):
+                with tf.GradientTape() as tape:
+                    tape.watch([x, gamma, beta])
+                    loss = tf.reduce_sum(w * layer_norm(x, gamma, beta))
+                return tape.gradient(loss, [x, gamma, beta])
+            return lambda: run(x, gamma, beta)
+
+        def keras_step():
+            @tf.function
+            def run(x):
+                with tf.GradientTape() as tape:
+                    tape.watch(x)
+                    loss = tf.reduce_sum(w * keras_ln(x))
+                return tape.gradient(loss, [x] + keras_ln.trainable_variables)
+            return lambda: run(x)
+
+        ours = step(lambda x, g, b: tf_ops.fused_layer_norm(x, g, b, epsilon=eps))
+        # The four must agree before their speeds mean anything.
+        want = ours()
+        for other in (step(fused_composite_grad), step(lambda x, g, b: _moments_layer_norm(x, g, b, eps)),
+                      keras_step()):
+            for a, b in zip(want, other()):
+                assert np.allclose(a.numpy(), b.numpy(), rtol=1e-3, atol=1e-3 * float(np.abs(b.numpy()).max())), \
+                    "layer-norm gradients disagree"
+        label = _label(shape)
+        for versus, base in (("composite gradient", step(fused_composite_grad)),
+                             ("native composition", step(lambda x, g, b: _moments_layer_norm(x, g, b, eps))),
+                             ("Keras LayerNormalization", keras_step())):
+            rows.append(_row("FusedLayerNorm fwd+bwd", label, "function", versus, *median_pair(ours, base, repeat)))
     return rows
 
 
@@ -217,7 +281,7 @@ def bench_decode(rng, repeat, quick):
     return rows
 
 
-BENCHES = {"fln": bench_layer_norm, "conv": bench_conv, "decode": bench_decode}
+BENCHES = {"fln": bench_layer_norm, "fln_grad": bench_layer_norm_grad, "conv": bench_conv, "decode": bench_decode}
 
 
 def main(argv=None) -> int:

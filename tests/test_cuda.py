@@ -81,7 +81,7 @@ def test_harness_and_tf_gpu_kernels_compile(tmp_path):
     _c_abi_refuses_bad_calls(cuda.Harness(result["lib"]))
     if tf_obj is not None:
         symbols = subprocess.run(["nm", "-C", str(tf_obj)], capture_output=True, text=True).stdout
-        for op in ("FusedLayerNormGpuOp", "YoloConvBnLeakyGpuOp", "YoloDecodeGpuOp"):
+        for op in ("FusedLayerNormGpuOp", "FusedLayerNormGradGpuOp", "YoloConvBnLeakyGpuOp", "YoloDecodeGpuOp"):
             assert op in symbols, f"{op} missing from the compiled TF GPU kernels"
 
 

@@ -214,3 +214,46 @@ def test_shape_mismatch_raises_at_trace_time_like_the_spec(x_shape, gamma_shape,
         _trace(x_shape, gamma_shape, beta_shape)
     # The kernel's shape function words the error as the spec does.
     assert str(spec_error.value) in str(e.value)
+
+
+# -- the fused gradient op (FusedLayerNormGrad) ---------------------------------------
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("shape", [(3, 5), (2, 3, 768), (4, 1), (65, 1024), (3, 1025), (0, 8), (2, 0, 16), (7,)],
+                         ids=str)
+def test_gradient_op_matches_reference_backward(rng, shape, dtype, mode):
+    """dx, dgamma, dbeta of the fused op against the float64 formula (itself checked
+    against finite differences in test_cuda.py); bounds as for the CUDA backward."""
+    from bridge.cuda_check import BACKWARD_SCALE
+    from bridge.ops.fused_layer_norm import reference_backward
+    from bridge.tf_ops.fused_layer_norm_op import gradient
+    x, gamma, _ = _inputs(rng, shape, dtype)
+    dy = rng.normal(size=shape).astype(dtype)
+    got = _run(gradient, mode, dy, x, gamma, epsilon=1e-5)
+    want = reference_backward(dy, x, gamma, epsilon=1e-5)
+    for g, w, what in zip(got, want, ("dx", "dgamma", "dbeta")):
+        assert g.dtype == tf.as_dtype(dtype), what
+        assert SPEC.tolerance[dtype].excess(g.numpy(), w) <= BACKWARD_SCALE[dtype], what
+
+
+def test_gradient_op_is_deterministic_and_leaves_dy_alone(rng):
+    from bridge.tf_ops.fused_layer_norm_op import gradient
+    x, gamma, _ = _inputs(rng, (300, 768), "float32")
+    dy = rng.normal(size=x.shape).astype(np.float32)
+    dy_t = tf.constant(dy)
+    first = [t.numpy() for t in gradient(dy_t, x, gamma)]
+    again = [t.numpy() for t in gradient(dy_t, x, gamma)]
+    assert all(np.array_equal(a, b) for a, b in zip(first, again))
+    np.testing.assert_array_equal(dy_t.numpy(), dy)  # dy still used here: not overwritten by dx
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+def test_gradient_op_refuses_bad_shapes_naming_op_and_argument(mode):
+    from bridge.tf_ops.fused_layer_norm_op import gradient
+    x, gamma = np.ones((4, 8), np.float32), np.ones(8, np.float32)
+    errors = (ValueError, tf.errors.InvalidArgumentError)
+    with pytest.raises(errors, match=r"FusedLayerNormGrad: argument 'dy': must have the shape of x \[4,8\], got \[2,8\]"):
+        _run(gradient, mode, np.ones((2, 8), np.float32), x, gamma)
+    with pytest.raises(errors, match=r"FusedLayerNormGrad: argument 'gamma': must have shape \[H\]=\[8\]"):
+        _run(gradient, mode, x, x, np.ones(5, np.float32))

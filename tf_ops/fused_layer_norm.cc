@@ -6,6 +6,11 @@
 // shift keeps a large mean from cancelling the variance away; the first sum
 // corrects m0), a third writes y. float16 rows are widened to a float buffer and
 // everything accumulates in float32.
+//
+// FusedLayerNormGrad (the gradient's first order, registered in
+// fused_layer_norm_op.py): dx per row, and dgamma/dbeta summed over fixed blocks of
+// rows and then over the blocks in order, so the result does not depend on how
+// the thread pool splits the rows.
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
@@ -55,10 +60,14 @@ absl::Status ShapeFn(InferenceContext* c) {
   return absl::OkStatus();
 }
 
-// The three sweeps over one cached row of float. `y` may be `x` (the widened
-// buffer of a half row): each element is read before it is overwritten.
-inline void NormalizeRow(const float* x, int64_t n, const float* gamma, const float* beta, float epsilon,
-                         float* y) {
+struct Moments {
+  float m0;     // the first sweep's approximate mean
+  float delta;  // mean - m0
+  float rstd;   // 1 / sqrt(var + epsilon)
+};
+
+// The first two sweeps over one cached row of float.
+inline Moments RowMoments(const float* x, int64_t n, float epsilon) {
   float acc[kLanes] = {0};
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
@@ -94,13 +103,46 @@ inline void NormalizeRow(const float* x, int64_t n, const float* gamma, const fl
     t2 += s2[k];
   }
   const float inv_n = 1.0f / static_cast<float>(n);
-  const float delta = t1 * inv_n;  // mean - m0
+  const float delta = t1 * inv_n;
   const float var = std::max(t2 * inv_n - delta * delta, 0.0f);
-  const float rstd = 1.0f / std::sqrt(var + epsilon);
+  return Moments{m0, delta, 1.0f / std::sqrt(var + epsilon)};
+}
 
+// The three sweeps over one cached row of float. `y` may be `x` (the widened
+// buffer of a half row): each element is read before it is overwritten.
+inline void NormalizeRow(const float* x, int64_t n, const float* gamma, const float* beta, float epsilon,
+                         float* y) {
+  const Moments m = RowMoments(x, n, epsilon);
 #pragma omp simd
   for (int64_t j = 0; j < n; ++j) {
-    y[j] = ((x[j] - m0) - delta) * rstd * gamma[j] + beta[j];
+    y[j] = ((x[j] - m.m0) - m.delta) * m.rstd * gamma[j] + beta[j];
+  }
+}
+
+// One row of the gradient: dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with
+// g = dy * gamma, written to `dx` (which may be `dy`'s buffer: each element is
+// read before it is written); dy * xhat and dy added into the block's dgamma /
+// dbeta partial sums.
+inline void GradRow(const float* dy, const float* x, int64_t n, const float* gamma, float epsilon, float* dx,
+                    float* dgamma, float* dbeta) {
+  const Moments m = RowMoments(x, n, epsilon);
+  const float mean = m.m0 + m.delta;
+  float s1 = 0.0f, s2 = 0.0f;
+#pragma omp simd reduction(+ : s1, s2)
+  for (int64_t j = 0; j < n; ++j) {
+    const float xhat = (x[j] - mean) * m.rstd;
+    const float g = dy[j] * gamma[j];
+    s1 += g;
+    s2 += g * xhat;
+    dgamma[j] += dy[j] * xhat;
+    dbeta[j] += dy[j];
+  }
+  const float inv_n = 1.0f / static_cast<float>(n);
+  const float mg = s1 * inv_n, mgx = s2 * inv_n;
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j) {
+    const float xhat = (x[j] - mean) * m.rstd;
+    dx[j] = m.rstd * (dy[j] * gamma[j] - mg - xhat * mgx);
   }
 }
 
@@ -183,8 +225,132 @@ class FusedLayerNormOp : public OpKernel {
   float epsilon_;
 };
 
+// Rows per block of dgamma/dbeta partial sums; fixed, so the sums' order is too.
+constexpr int64_t kGradBlockRows = 32;
+constexpr char kGradOp[] = "FusedLayerNormGrad";
+
+template <typename T>
+class FusedLayerNormGradOp : public OpKernel {
+ public:
+  explicit FusedLayerNormGradOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("epsilon", &epsilon_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& dy = ctx->input(0);
+    const Tensor& x = ctx->input(1);
+    const Tensor& gamma = ctx->input(2);
+    OP_REQUIRES(ctx, x.dims() >= 1, ArgError(kGradOp, "x", "must have rank >= 1, got a scalar (shape [])"));
+    const int64_t h = x.dim_size(x.dims() - 1);
+    OP_REQUIRES(ctx, dy.shape() == x.shape(),
+                ArgError(kGradOp, "dy", absl::StrCat("must have the shape of x ", Dims(x.shape()), ", got ",
+                                                     Dims(dy.shape()))));
+    OP_REQUIRES(ctx, gamma.dims() == 1 && gamma.dim_size(0) == h,
+                ArgError(kGradOp, "gamma", absl::StrCat("must have shape [H]=[", h, "] (the last dim of x ",
+                                                        Dims(x.shape()), "), got ", Dims(gamma.shape()))));
+    Tensor *dx = nullptr, *dgamma = nullptr, *dbeta = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output({0}, 0, x.shape(), &dx));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, gamma.shape(), &dgamma));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, gamma.shape(), &dbeta));
+    const int64_t rows = h ? x.NumElements() / h : 0;
+    T* dgp = dgamma->flat<T>().data();
+    T* dbp = dbeta->flat<T>().data();
+    if (rows == 0) {  // sums of nothing
+      std::fill(dgp, dgp + h, static_cast<T>(0.0f));
+      std::fill(dbp, dbp + h, static_cast<T>(0.0f));
+      return;
+    }
+    std::vector<float> g(h);
+    ToFloats(gamma.flat<T>().data(), g.data(), h);
+    const int64_t blocks = (rows + kGradBlockRows - 1) / kGradBlockRows;
+    std::vector<float> partial(static_cast<size_t>(2 * blocks * h), 0.0f);  // per block: dgamma's, dbeta's
+    const T* dyp = dy.flat<T>().data();
+    const T* xp = x.flat<T>().data();
+    T* dxp = dx->flat<T>().data();
+    const float eps = epsilon_;
+    const float* gp = g.data();
+    float* pp = partial.data();
+    ParallelRows(ctx, blocks, 12 * h * kGradBlockRows, [=](int64_t begin, int64_t end) {
+      std::vector<float> buf;
+      if constexpr (!std::is_same<T, float>::value) buf.resize(3 * h);
+      for (int64_t blk = begin; blk < end; ++blk) {
+        float* dgs = pp + 2 * blk * h;
+        float* dbs = dgs + h;
+        const int64_t r1 = std::min(rows, (blk + 1) * kGradBlockRows);
+        for (int64_t r = blk * kGradBlockRows; r < r1; ++r) {
+          if constexpr (std::is_same<T, float>::value) {
+            GradRow(dyp + r * h, xp + r * h, h, gp, eps, dxp + r * h, dgs, dbs);
+          } else {
+            float* fdy = buf.data();
+            float* fx = fdy + h;
+            float* fdx = fx + h;
+            ToFloats(dyp + r * h, fdy, h);
+            ToFloats(xp + r * h, fx, h);
+            GradRow(fdy, fx, h, gp, eps, fdx, dgs, dbs);
+            FromFloats(fdx, dxp + r * h, h);
+          }
+        }
+      }
+    });
+    // The blocks' sums in order, columns in parallel.
+    ParallelRows(ctx, h, 2 * blocks, [=](int64_t begin, int64_t end) {
+      for (int64_t j = begin; j < end; ++j) {
+        float sg = 0.0f, sb = 0.0f;
+        for (int64_t blk = 0; blk < blocks; ++blk) {
+          sg += pp[2 * blk * h + j];
+          sb += pp[(2 * blk + 1) * h + j];
+        }
+        dgp[j] = static_cast<T>(sg);
+        dbp[j] = static_cast<T>(sb);
+      }
+    });
+  }
+
+ private:
+  float epsilon_;
+};
+
+// Also the GPU kernel's input check (cuda/tf_gpu.h runs it on the call's shapes).
+absl::Status GradShapeFn(InferenceContext* c) {
+  ShapeHandle dy = c->input(0), x = c->input(1), gamma = c->input(2);
+  if (c->RankKnown(x) && c->Rank(x) == 0) return ArgError(kGradOp, "x", "must have rank >= 1, got a scalar (shape [])");
+  ShapeHandle merged;
+  if (!c->Merge(dy, x, &merged).ok()) {
+    return ArgError(kGradOp, "dy", absl::StrCat("must have the shape of x ", Dims(c, x), ", got ", Dims(c, dy)));
+  }
+  auto h = c->RankKnown(merged) ? c->Dim(merged, -1) : c->UnknownDim();
+  if (c->RankKnown(gamma) &&
+      (c->Rank(gamma) != 1 || (c->ValueKnown(h) && c->ValueKnown(c->Dim(gamma, 0)) &&
+                               c->Value(c->Dim(gamma, 0)) != c->Value(h)))) {
+    return ArgError(kGradOp, "gamma",
+                    absl::StrCat("must have shape [H]=[", c->ValueKnown(h) ? absl::StrCat(c->Value(h)) : "?",
+                                 "] (the last dim of x ", Dims(c, x), "), got ", Dims(c, gamma)));
+  }
+  c->set_output(0, merged);
+  c->set_output(1, c->Vector(h));
+  c->set_output(2, c->Vector(h));
+  return absl::OkStatus();
+}
+
 }  // namespace
 }  // namespace bridge
+
+REGISTER_OP("FusedLayerNormGrad")
+    .Input("dy: T")
+    .Input("x: T")
+    .Input("gamma: T")
+    .Output("dx: T")
+    .Output("dgamma: T")
+    .Output("dbeta: T")
+    .Attr("epsilon: float")
+    .Attr("T: {float, half}")
+    .SetShapeFn(bridge::GradShapeFn)
+    .Doc("FusedLayerNorm's gradients (dx, dgamma, dbeta) for the output gradient dy.");
+
+REGISTER_KERNEL_BUILDER(Name("FusedLayerNormGrad").Device(tensorflow::DEVICE_CPU).TypeConstraint<float>("T"),
+                        bridge::FusedLayerNormGradOp<float>);
+REGISTER_KERNEL_BUILDER(Name("FusedLayerNormGrad").Device(tensorflow::DEVICE_CPU).TypeConstraint<Eigen::half>("T"),
+                        bridge::FusedLayerNormGradOp<Eigen::half>);
 
 REGISTER_OP("FusedLayerNorm")
     .Input("x: T")

@@ -1,7 +1,7 @@
-// FusedLayerNorm's TensorFlow GPU kernel (built with `bridge build --cuda`): the
-// kernels of cuda/fused_layer_norm.cuh on the op's stream. The op itself, its
-// shape function and CPU kernel are in fused_layer_norm.cc; the gradient (Python)
-// runs as standard TF ops on whichever device.
+// FusedLayerNorm's TensorFlow GPU kernels (built with `bridge build --cuda`): the
+// forward and backward kernels of cuda/fused_layer_norm.cuh on the op's stream.
+// The ops (FusedLayerNorm, FusedLayerNormGrad), their shape functions and CPU
+// kernels are in fused_layer_norm.cc; fused_layer_norm_op.py wires the gradient.
 #if GOOGLE_CUDA
 
 #include "cuda/fused_layer_norm.cuh"
@@ -39,9 +39,48 @@ class FusedLayerNormGpuOp : public tensorflow::OpKernel {
   float epsilon_ = 0.0f;
 };
 
+// FusedLayerNormGrad: the backward kernels of cuda/fused_layer_norm.cuh (dx per
+// row; dgamma/dbeta in a fixed order, so every run gives the same sums).
+template <typename T>
+class FusedLayerNormGradGpuOp : public tensorflow::OpKernel {
+ public:
+  explicit FusedLayerNormGradGpuOp(tensorflow::OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, check_.Init(ctx));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("epsilon", &epsilon_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    std::vector<tensorflow::TensorShape> shapes;
+    OP_REQUIRES_OK(ctx, check_.Outputs(ctx, def(), &shapes));
+    const Tensor& x = ctx->input(1);
+    Tensor *dx = nullptr, *dgamma = nullptr, *dbeta = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, x.shape(), &dx));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, ctx->input(2).shape(), &dgamma));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, ctx->input(2).shape(), &dbeta));
+    const int64_t h = x.dim_size(x.dims() - 1);
+    if (h == 0) return;
+    const int64_t rows = x.NumElements() / h;
+    const size_t bytes = bridge_cuda::layer_norm::BackwardWorkspaceBytes(rows, h);
+    Tensor scratch;
+    void* ws = nullptr;
+    OP_REQUIRES_OK(ctx, Scratch(ctx, bytes, &scratch, &ws));
+    OP_REQUIRES_OK(ctx, ToStatus(bridge_cuda::layer_norm::Backward(
+                            Dev<T>(ctx->input(0)), Dev<T>(x), Dev<T>(ctx->input(2)), Dev<T>(dx), Dev<T>(dgamma),
+                            Dev<T>(dbeta), rows, h, epsilon_, ws, bytes, Stream(ctx))));
+  }
+
+ private:
+  ShapeCheck check_;
+  float epsilon_ = 0.0f;
+};
+
 }  // namespace
 }  // namespace bridge_gpu
 
+REGISTER_KERNEL_BUILDER(Name("FusedLayerNormGrad").Device(tensorflow::DEVICE_GPU).TypeConstraint<float>("T"),
+                        bridge_gpu::FusedLayerNormGradGpuOp<float>);
+REGISTER_KERNEL_BUILDER(Name("FusedLayerNormGrad").Device(tensorflow::DEVICE_GPU).TypeConstraint<Eigen::half>("T"),
+                        bridge_gpu::FusedLayerNormGradGpuOp<Eigen::half>);
 REGISTER_KERNEL_BUILDER(Name("FusedLayerNorm").Device(tensorflow::DEVICE_GPU).TypeConstraint<float>("T"),
                         bridge_gpu::FusedLayerNormGpuOp<float>);
 REGISTER_KERNEL_BUILDER(Name("FusedLayerNorm").Device(tensorflow::DEVICE_GPU).TypeConstraint<Eigen::half>("T"),

@@ -2,7 +2,8 @@
 
 `op` runs the C++ kernel (fused_layer_norm.cc); `composite` computes the same from
 standard TF ops (what TFLite builtins and standard ONNX get when the model is
-lowered); the gradient is registered on import.
+lowered); the gradient is registered on import: its first order is the fused
+FusedLayerNormGrad op, higher orders differentiate the composite gradient.
 """
 from __future__ import annotations
 
@@ -51,12 +52,9 @@ def _shape(t):
     return None if t.shape.rank is None else tuple(t.shape.as_list())
 
 
-@tf.RegisterGradient(SPEC.name)
-def _gradient(op_, dy):
-    """d/dx, d/dgamma, d/dbeta, in float32 for float16 (as the forward accumulates),
-    from TF ops so that second derivatives compose."""
-    x, gamma, _ = op_.inputs
-    epsilon = op_.get_attr("epsilon")
+def _composite_gradient(dy, x, gamma, epsilon):
+    """d/dx, d/dgamma, d/dbeta from TF ops, in float32 for float16 (as the forward
+    accumulates): what the fused gradient op computes, differentiable again."""
     dtype = x.dtype
     x32, g32, dy32 = (tf.cast(t, tf.float32) for t in (x, gamma, dy))
     mean = tf.reduce_mean(x32, axis=-1, keepdims=True)
@@ -71,3 +69,32 @@ def _gradient(op_, dy):
     dx = rstd * (dxhat - tf.reduce_mean(dxhat, axis=-1, keepdims=True)
                  - xhat * tf.reduce_mean(dxhat * xhat, axis=-1, keepdims=True))
     return tf.cast(dx, dtype), tf.cast(dgamma, dtype), tf.cast(dbeta, dtype)
+
+
+def gradient(dy, x, gamma, epsilon=_EPSILON, name=None):
+    """(dx, dgamma, dbeta) of FusedLayerNorm at x for the output gradient dy, in one
+    fused op (FusedLayerNormGrad: C++ on CPU, CUDA on GPU when built with --cuda)."""
+    from bridge import tf_ops
+    attrs = SPEC.resolve({"epsilon": epsilon})
+    x, gamma, _ = _inputs(x, gamma, gamma)
+    dy = tf.convert_to_tensor(dy, dtype_hint=x.dtype)
+    return tuple(tf_ops.load().fused_layer_norm_grad(dy, x, gamma, name=name, **attrs))
+
+
+@tf.RegisterGradient(SPEC.name)
+def _gradient(op_, dy):
+    """First order: the fused gradient op, one pass over dy and x."""
+    from bridge import tf_ops
+    x, gamma, _ = op_.inputs
+    return tuple(tf_ops.load().fused_layer_norm_grad(dy, x, gamma, epsilon=op_.get_attr("epsilon")))
+
+
+@tf.RegisterGradient("FusedLayerNormGrad")
+def _gradient_of_gradient(op_, ddx, ddgamma, ddbeta):
+    """Second order (and beyond): the composite gradient's own gradient."""
+    dy, x, gamma = op_.inputs
+    upstream = [g if g is not None else tf.zeros_like(t) for g, t in zip((ddx, ddgamma, ddbeta), op_.outputs)]
+    with tf.GradientTape() as tape:
+        tape.watch([dy, x, gamma])
+        outs = _composite_gradient(dy, x, gamma, op_.get_attr("epsilon"))
+    return tape.gradient(list(outs), [dy, x, gamma], output_gradients=upstream)
