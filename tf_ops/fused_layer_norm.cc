@@ -292,16 +292,16 @@ class FusedLayerNormGradOp : public OpKernel {
         }
       }
     });
-    // The blocks' sums in order, columns in parallel.
+    // The blocks' sums in order (in double: there may be many), columns in parallel.
     ParallelRows(ctx, h, 2 * blocks, [=](int64_t begin, int64_t end) {
       for (int64_t j = begin; j < end; ++j) {
-        float sg = 0.0f, sb = 0.0f;
+        double sg = 0.0, sb = 0.0;
         for (int64_t blk = 0; blk < blocks; ++blk) {
           sg += pp[2 * blk * h + j];
           sb += pp[(2 * blk + 1) * h + j];
         }
-        dgp[j] = static_cast<T>(sg);
-        dbp[j] = static_cast<T>(sb);
+        dgp[j] = static_cast<T>(static_cast<float>(sg));
+        dbp[j] = static_cast<T>(static_cast<float>(sb));
       }
     });
   }
