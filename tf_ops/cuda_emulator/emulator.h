@@ -9,15 +9,17 @@
 //     or a thread waiting at a shuffle instead is reported as a deadlock);
 //   - __shfl_xor_sync with a full mask: all 32 lanes, the same lane mask;
 //   - __shared__ arrays (one per kernel instantiation, blocks do not overlap);
+//   - warp matrix operations (nvcuda::wmma, in this folder's mma.h);
 //   - vector loads and stores aligned to their size (BRIDGE_CHECK_ALIGNED);
 //   - launch limits (1024 threads a block, grid sizes), sticky launch errors
 //     returned by cudaGetLastError, scratch allocations filled with NaN bytes
 //     and fenced by guard bytes checked when freed.
-// Not modelled: timing, concurrency between blocks, the memory model beyond
-// barriers, TF32 and float16 rounding inside the GEMM beyond what the stand-in
-// cuBLASLt (cublaslt.cc) does. A block whose threads never synchronise is run
-// as plain calls after the first block shows it has no barrier (much faster);
-// a barrier met later in such a launch is reported as an error.
+// Warps take turns in a seeded shuffled order, each running as far as it can
+// alone (the schedule that exposes a missing barrier). Not modelled: timing,
+// concurrency between blocks, the memory model beyond barriers, cp.async and
+// inline PTX. cuBLASLt is a stand-in (cublaslt.cc). A block whose threads never
+// synchronise is run as plain calls after the first block shows it has no
+// barrier (much faster); a barrier met later in such a launch is an error.
 #ifndef BRIDGE_TF_OPS_CUDA_EMULATOR_EMULATOR_H_
 #define BRIDGE_TF_OPS_CUDA_EMULATOR_EMULATOR_H_
 
