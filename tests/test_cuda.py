@@ -691,7 +691,7 @@ def test_bridge_cuda_checks_every_op_on_the_emulator():
     assert all(r["verdict"] == "pass" and 0 <= r["excess"] <= 1 for r in doc["rows"])
 
 
-def test_bridge_cuda_reports_broken_kernels_as_rows(planted):
+def test_bridge_cuda_reports_broken_kernels_as_rows_on_the_emulator(planted):
     """On the kernels with planted faults the checks fail row by row (a wrong
     result as FAIL, a failed launch as an error), never with an exception."""
     from bridge import cuda_check
