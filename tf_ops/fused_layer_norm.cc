@@ -38,24 +38,33 @@ constexpr int kLanes = 32;
 constexpr int64_t kStreamBytes = int64_t{16} << 20;
 constexpr int64_t kAhead = 2;  // rows prefetched ahead
 
+// gamma or beta (`arg`) of the op `op` must be [H], H the last dim of x: at
+// shape inference (unknown sizes pass) and in the kernels, in the same words.
+absl::Status CheckParamShape(InferenceContext* c, const char* op, const char* arg, ShapeHandle x, ShapeHandle p) {
+  if (!c->RankKnown(p)) return absl::OkStatus();
+  auto h = c->RankKnown(x) ? c->Dim(x, -1) : c->UnknownDim();
+  if (c->Rank(p) == 1 &&
+      !(c->ValueKnown(h) && c->ValueKnown(c->Dim(p, 0)) && c->Value(c->Dim(p, 0)) != c->Value(h))) {
+    return absl::OkStatus();
+  }
+  return ArgError(op, arg, absl::StrCat("must have shape [H]=[", c->ValueKnown(h) ? absl::StrCat(c->Value(h)) : "?",
+                                        "] (the last dim of x ", Dims(c, x), "), got ", Dims(c, p)));
+}
+
+absl::Status CheckParamShape(const char* op, const char* arg, const Tensor& x, const Tensor& p) {
+  const int64_t h = x.dim_size(x.dims() - 1);
+  if (p.dims() == 1 && p.dim_size(0) == h) return absl::OkStatus();
+  return ArgError(op, arg, absl::StrCat("must have shape [H]=[", h, "] (the last dim of x ", Dims(x.shape()),
+                                        "), got ", Dims(p.shape())));
+}
+
 absl::Status ShapeFn(InferenceContext* c) {
   ShapeHandle x = c->input(0);
   if (c->RankKnown(x) && c->Rank(x) == 0) {
     return ArgError(kOp, "x", "must have rank >= 1, got a scalar (shape [])");
   }
-  auto h = c->RankKnown(x) ? c->Dim(x, -1) : c->UnknownDim();
-  std::string h_str = c->ValueKnown(h) ? absl::StrCat(c->Value(h)) : "?";
-  const char* names[] = {"gamma", "beta"};
-  for (int i = 1; i <= 2; ++i) {
-    ShapeHandle p = c->input(i);
-    if (!c->RankKnown(p)) continue;
-    if (c->Rank(p) != 1 ||
-        (c->ValueKnown(h) && c->ValueKnown(c->Dim(p, 0)) && c->Value(c->Dim(p, 0)) != c->Value(h))) {
-      return ArgError(kOp, names[i - 1],
-                      absl::StrCat("must have shape [H]=[", h_str, "] (the last dim of x ", Dims(c, x),
-                                   "), got ", Dims(c, p)));
-    }
-  }
+  TF_RETURN_IF_ERROR(CheckParamShape(c, kOp, "gamma", x, c->input(1)));
+  TF_RETURN_IF_ERROR(CheckParamShape(c, kOp, "beta", x, c->input(2)));
   c->set_output(0, x);
   return absl::OkStatus();
 }
@@ -159,14 +168,8 @@ class FusedLayerNormOp : public OpKernel {
     const Tensor& beta = ctx->input(2);
     OP_REQUIRES(ctx, x.dims() >= 1, ArgError(kOp, "x", "must have rank >= 1, got a scalar (shape [])"));
     const int64_t h = x.dim_size(x.dims() - 1);
-    const Tensor* params[] = {&gamma, &beta};
-    const char* names[] = {"gamma", "beta"};
-    for (int i = 0; i < 2; ++i) {
-      OP_REQUIRES(ctx, params[i]->dims() == 1 && params[i]->dim_size(0) == h,
-                  ArgError(kOp, names[i],
-                           absl::StrCat("must have shape [H]=[", h, "] (the last dim of x ", Dims(x.shape()),
-                                        "), got ", Dims(params[i]->shape()))));
-    }
+    OP_REQUIRES_OK(ctx, CheckParamShape(kOp, "gamma", x, gamma));
+    OP_REQUIRES_OK(ctx, CheckParamShape(kOp, "beta", x, beta));
     Tensor* y = nullptr;
     // x's buffer becomes y's when nothing else holds x (each row is read before
     // it is written).
@@ -245,9 +248,7 @@ class FusedLayerNormGradOp : public OpKernel {
     OP_REQUIRES(ctx, dy.shape() == x.shape(),
                 ArgError(kGradOp, "dy", absl::StrCat("must have the shape of x ", Dims(x.shape()), ", got ",
                                                      Dims(dy.shape()))));
-    OP_REQUIRES(ctx, gamma.dims() == 1 && gamma.dim_size(0) == h,
-                ArgError(kGradOp, "gamma", absl::StrCat("must have shape [H]=[", h, "] (the last dim of x ",
-                                                        Dims(x.shape()), "), got ", Dims(gamma.shape()))));
+    OP_REQUIRES_OK(ctx, CheckParamShape(kGradOp, "gamma", x, gamma));
     Tensor *dx = nullptr, *dgamma = nullptr, *dbeta = nullptr;
     OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output({0}, 0, x.shape(), &dx));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, gamma.shape(), &dgamma));
@@ -318,14 +319,8 @@ absl::Status GradShapeFn(InferenceContext* c) {
   if (!c->Merge(dy, x, &merged).ok()) {
     return ArgError(kGradOp, "dy", absl::StrCat("must have the shape of x ", Dims(c, x), ", got ", Dims(c, dy)));
   }
+  TF_RETURN_IF_ERROR(CheckParamShape(c, kGradOp, "gamma", merged, gamma));
   auto h = c->RankKnown(merged) ? c->Dim(merged, -1) : c->UnknownDim();
-  if (c->RankKnown(gamma) &&
-      (c->Rank(gamma) != 1 || (c->ValueKnown(h) && c->ValueKnown(c->Dim(gamma, 0)) &&
-                               c->Value(c->Dim(gamma, 0)) != c->Value(h)))) {
-    return ArgError(kGradOp, "gamma",
-                    absl::StrCat("must have shape [H]=[", c->ValueKnown(h) ? absl::StrCat(c->Value(h)) : "?",
-                                 "] (the last dim of x ", Dims(c, x), "), got ", Dims(c, gamma)));
-  }
   c->set_output(0, merged);
   c->set_output(1, c->Vector(h));
   c->set_output(2, c->Vector(h));
