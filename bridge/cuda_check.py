@@ -26,8 +26,9 @@ BACKWARD_SCALE = {"float32": 10.0, "float16": 2.0}
 
 
 class Device:
-    """numpy <-> the arrays the harness takes: PyTorch or CuPy on a GPU, numpy on
-    the emulator."""
+    """numpy <-> the arrays the harness takes: PyTorch or CuPy on a GPU (PyTorch
+    first), numpy on the emulator (copied in and out, so a kernel writing out of
+    place cannot touch the caller's arrays)."""
 
     def __init__(self, emulated: bool):
         self.emulated = emulated
@@ -58,6 +59,18 @@ class Device:
             return a.cpu().numpy()
         return self.cupy.asnumpy(a)
 
+    def misaligned(self, a: np.ndarray):
+        """`a` on the device at an address 1 element past an aligned boundary (the
+        allocators' 256 bytes on a GPU, 64 bytes on the emulator)."""
+        if self.emulated:
+            flat = np.empty(a.size + 64, a.dtype)
+            skip = (-flat.ctypes.data % 64) // a.dtype.itemsize + 1
+            out = flat[skip: skip + a.size].reshape(a.shape)
+            out[...] = a
+            return out
+        flat = np.concatenate([np.zeros(1, a.dtype), a.ravel()])
+        return self.put(flat)[1:].reshape(a.shape)
+
 
 def _excess(got, want, dtype: str, op: str, scale: float = 1.0) -> float:
     return specs.get(op).tolerance[dtype].excess(got, want) / scale
@@ -78,7 +91,9 @@ def _layer_norm_backward(k, dev, rng, shape, dtype):
     return max(_excess(g, w, dtype, "FusedLayerNorm", scale=BACKWARD_SCALE[dtype]) for g, w in zip(got, want))
 
 
-def _conv_inputs(rng, dtype, xs, fs):
+def conv_inputs(rng, dtype, xs, fs):
+    """x, filter and the five [Cout] parameters for YoloConvBnLeaky: random, with
+    |y| near 1 and positive variances."""
     cout = fs[3]
     x = rng.normal(size=xs)
     filt = rng.normal(size=fs) / np.sqrt(max(1, fs[0] * fs[1] * fs[2]))  # keeps |y| near 1
@@ -91,7 +106,7 @@ def _conv(road: str):
     def check(k, dev, rng, geometry, dtype):
         xs, fs, attrs = geometry
         tf32 = dtype == "tf32"
-        arrays = _conv_inputs(rng, "float32" if tf32 else dtype, xs, fs)
+        arrays = conv_inputs(rng, "float32" if tf32 else dtype, xs, fs)
         y = dev.get(k.yolo_conv_bn_leaky(*(dev.put(a) for a in arrays), allow_tf32=tf32,
                                          tensor_cores=road == "tensor cores", **attrs))
         spec = specs.get("YoloConvBnLeaky")

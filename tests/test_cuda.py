@@ -243,56 +243,6 @@ def test_without_a_gpu_the_reason_is_given():
 
 # -- on a GPU, and on the CPU emulator ------------------------------------------
 
-class Device:
-    """numpy <-> the framework that sees the GPU (PyTorch first, else CuPy)."""
-
-    def __init__(self):
-        try:
-            import torch
-            if not torch.cuda.is_available():
-                raise ImportError
-            self.torch, self.cupy = torch, None
-        except ImportError:
-            import cupy
-            self.torch, self.cupy = None, cupy
-
-    def put(self, a: np.ndarray):
-        if self.torch is not None:
-            return self.torch.from_numpy(np.ascontiguousarray(a)).cuda()
-        return self.cupy.asarray(a)
-
-    def get(self, a) -> np.ndarray:
-        if self.torch is not None:
-            return a.cpu().numpy()
-        return self.cupy.asnumpy(a)
-
-    def misaligned(self, a: np.ndarray):
-        """`a` on the device at an address 1 element past a 256-byte boundary."""
-        flat = np.concatenate([np.zeros(1, a.dtype), a.ravel()])
-        return self.put(flat)[1:].reshape(a.shape)
-
-
-class HostDevice:
-    """The emulator's "device" memory is the host's: numpy arrays, copied in and out
-    so a kernel writing out of place cannot touch the test's own arrays."""
-
-    torch = cupy = None
-
-    def put(self, a: np.ndarray):
-        return np.array(a, copy=True, order="C")
-
-    def get(self, a) -> np.ndarray:
-        return np.array(a, copy=True)
-
-    def misaligned(self, a: np.ndarray):
-        """`a` at an address 1 element past a 64-byte boundary."""
-        flat = np.empty(a.size + 64, a.dtype)
-        skip = (-flat.ctypes.data % 64) // a.dtype.itemsize + 1
-        out = flat[skip: skip + a.size].reshape(a.shape)
-        out[...] = a
-        return out
-
-
 def _emulator_or_skip():
     try:
         return cuda.emulator()
@@ -305,8 +255,8 @@ def backend(request):
     if request.param == "gpu":
         if not GPU:
             pytest.skip(GPU_WHY)
-        return cuda.harness(), Device()
-    return _emulator_or_skip(), HostDevice()
+        return cuda.harness(), Device(emulated=False)
+    return _emulator_or_skip(), Device(emulated=True)
 
 
 @pytest.fixture
@@ -347,7 +297,8 @@ def test_fused_layer_norm_unaligned_takes_the_scalar_road(k, dev, rng, dtype):
     assert_close("FusedLayerNorm", y, FLN.reference(x, gamma, beta), dtype)
 
 
-from bridge.cuda_check import BACKWARD_SCALE  # noqa: E402  (the gradients' bounds, as `bridge cuda` checks them)
+# The gradients' bounds, the arrays on either side and the conv inputs, as `bridge cuda` has them.
+from bridge.cuda_check import BACKWARD_SCALE, Device, conv_inputs  # noqa: E402
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
@@ -383,20 +334,11 @@ CONV_CASES = [
 ]
 
 
-def _conv_inputs(rng, dtype, xs, fs):
-    cin, cout = fs[2], fs[3]
-    x = rng.normal(size=xs)
-    filt = rng.normal(size=fs) / np.sqrt(max(1, fs[0] * fs[1] * cin))  # keeps |y| near 1
-    params = [rng.normal(size=cout) * 0.1, rng.normal(size=cout), rng.normal(size=cout) * 0.1,
-              rng.normal(size=cout) * 0.1, rng.uniform(0.5, 2.0, size=cout)]
-    return [a.astype(dtype) for a in [x, filt, *params]]
-
-
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("epilogue", [True, False], ids=["bias-epilogue", "bias-in-leaky-pass"])
 @pytest.mark.parametrize("xs,fs,attrs", CONV_CASES, ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else None)
 def test_yolo_conv_bn_leaky(k, dev, rng, xs, fs, attrs, dtype, epilogue):
-    arrays = _conv_inputs(rng, dtype, xs, fs)
+    arrays = conv_inputs(rng, dtype, xs, fs)
     y = dev.get(k.yolo_conv_bn_leaky(*(dev.put(a) for a in arrays), bias_epilogue=epilogue, **attrs))
     assert_close("YoloConvBnLeaky", y, CONV.reference(*arrays, **attrs), dtype)
 
@@ -415,7 +357,7 @@ def test_tf32_bound_holds_and_is_not_vacuous(rng):
     """The TF32 bound the GPU results are held to, checked against operands
     truncated to TF32 by hand (the worst rounding), in float64."""
     from bridge.ops.yolo_conv_bn_leaky import conv2d_nhwc, fold, resolve_pads, tf32_error_bound
-    arrays = _conv_inputs(rng, "float32", (2, 9, 11, 16), (3, 3, 16, 8))
+    arrays = conv_inputs(rng, "float32", (2, 9, 11, 16), (3, 3, 16, 8))
     attrs = CONV.resolve({"strides": [1, 2, 1, 1]})
     truncate = lambda a: (np.asarray(a, np.float32).view(np.uint32) & np.uint32(0xffffe000)).view(np.float32)
     x = np.asarray(arrays[0], np.float64)
@@ -435,7 +377,7 @@ def test_tf32_bound_holds_and_is_not_vacuous(rng):
 def test_yolo_conv_bn_leaky_tf32(k, dev, rng):
     """TF32 (opt-in) through cuBLASLt, within TF32's own error bound."""
     xs, fs = (1, 26, 26, 64), (3, 3, 64, 32)
-    arrays = _conv_inputs(rng, "float32", xs, fs)
+    arrays = conv_inputs(rng, "float32", xs, fs)
     y = dev.get(k.yolo_conv_bn_leaky(*(dev.put(a) for a in arrays), allow_tf32=True))
     assert_tf32_close(y, arrays, {}, "TF32")
 
@@ -450,7 +392,7 @@ TC_CASES = CONV_CASES[:-1] + [((1, 12, 13, 40), (3, 3, 40, 70), {})]
 def test_yolo_conv_bn_leaky_tensor_cores(k, dev, rng, xs, fs, attrs, dtype):
     """The implicit GEMM on tensor cores: float16 within ops.md's bound; float32
     runs it in TF32 (the road needs TF32 allowed), so within TF32's bound."""
-    arrays = _conv_inputs(rng, dtype, xs, fs)
+    arrays = conv_inputs(rng, dtype, xs, fs)
     if k.emulated:
         k.emulator_stats(reset=True)
     y = dev.get(k.yolo_conv_bn_leaky(*(dev.put(a) for a in arrays), tensor_cores=True,
@@ -468,7 +410,7 @@ def test_yolo_conv_bn_leaky_tensor_cores(k, dev, rng, xs, fs, attrs, dtype):
 def test_yolo_conv_bn_leaky_tensor_cores_unaligned_input(k, dev, rng, dtype):
     """x one element off a 16-byte boundary: the gather takes scalar loads (a
     vector load there faults on a GPU; the emulator checks it)."""
-    arrays = _conv_inputs(rng, dtype, (1, 9, 10, 16), (3, 3, 16, 24))
+    arrays = conv_inputs(rng, dtype, (1, 9, 10, 16), (3, 3, 16, 24))
     y = dev.get(k.yolo_conv_bn_leaky(dev.misaligned(arrays[0]), *(dev.put(a) for a in arrays[1:]),
                                      tensor_cores=True, allow_tf32=dtype == "float32"))
     if dtype == "float32":
@@ -526,7 +468,7 @@ def test_emulator_runs_the_conv_fallback_road_when_cublaslt_refuses_the_epilogue
     again without it and adds the bias in the LeakyReLU pass."""
     e = _emulator_or_skip()
     # a shape no other test multiplies: the kernel caches the algorithm per shape
-    arrays = _conv_inputs(rng, "float32", (1, 9, 13, 5), (3, 3, 5, 7))
+    arrays = conv_inputs(rng, "float32", (1, 9, 13, 5), (3, 3, 5, 7))
     e.emulator_stats(reset=True)
     e.emulator_refuse_bias_epilogue(True)
     try:
@@ -623,7 +565,7 @@ def test_emulator_exposes_a_missing_barrier(planted, rng):
 
 
 def test_emulator_reports_a_misaligned_vector_access(planted, rng):
-    e, dev = planted["races"], HostDevice()
+    e, dev = planted["races"], Device(emulated=True)
     x, gamma, beta = _inputs(rng, "float32", (3, 512), (512,), (512,))
     e.fused_layer_norm(x, gamma, beta)  # aligned: the planted plan is right by luck
     with pytest.raises(RuntimeError, match=r"FusedLayerNorm \(CUDA emulator\): kernel failed: ForwardKernel<.*: "
@@ -632,8 +574,8 @@ def test_emulator_reports_a_misaligned_vector_access(planted, rng):
 
 
 def test_emulator_reports_a_misaligned_gather(planted, rng):
-    e, dev = planted["races"], HostDevice()
-    arrays = _conv_inputs(rng, "float16", (1, 5, 6, 16), (3, 3, 16, 8))
+    e, dev = planted["races"], Device(emulated=True)
+    arrays = conv_inputs(rng, "float16", (1, 5, 6, 16), (3, 3, 16, 8))
     with pytest.raises(RuntimeError, match=r"YoloConvBnLeaky \(CUDA emulator\): kernel failed: ImplicitGemmKernel<.*: "
                                            r"misaligned 16-byte access at common.cuh"):
         e.yolo_conv_bn_leaky(dev.misaligned(arrays[0]), *arrays[1:], tensor_cores=True)
