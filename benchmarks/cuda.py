@@ -159,13 +159,7 @@ def _checked(k, fn, *c_args):
     """A C entry point as a callable that raises the harness's message on failure
     (and, on the emulator, whatever it found wrong)."""
     def call():
-        failed = fn(*c_args)
-        if k.emulated:
-            found = k.lib.bridge_cuda_emulator_take_errors() + k.lib.bridge_cublaslt_emulator_take_errors()
-            if found:
-                raise RuntimeError(found.decode(errors="replace"))
-        if failed:
-            raise RuntimeError(k.lib.bridge_cuda_last_error().decode(errors="replace"))
+        k.raise_for(fn.__name__, fn(*c_args) != 0)
     return call
 
 

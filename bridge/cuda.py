@@ -370,10 +370,15 @@ class Harness:
 
     def _call(self, op: str, name: str, dtype: str, *args) -> None:
         suffix = {"float32": "f32", "float16": "f16"}[dtype]
-        failed = getattr(self.lib, f"{name}_{suffix}")(*args) != 0
+        self.raise_for(op, getattr(self.lib, f"{name}_{suffix}")(*args) != 0)
+
+    def raise_for(self, op: str, failed: bool) -> None:
+        """After a call of a C entry point: RuntimeError with what the emulator found
+        (a refusal the kernel code recovered from still is a finding), else with
+        the entry point's own message when it `failed`."""
         if self.emulated:
             found = (self.lib.bridge_cuda_emulator_take_errors() + self.lib.bridge_cublaslt_emulator_take_errors())
-            if found:  # a refusal the kernel code may have recovered from still is a finding
+            if found:
                 raise RuntimeError(f"{op} (CUDA emulator): {found.decode(errors='replace').strip()}")
         if failed:
             raise RuntimeError(f"{op} (CUDA): {self.lib.bridge_cuda_last_error().decode(errors='replace')}")
