@@ -272,13 +272,13 @@ void Run(const char* kernel, dim3 grid, dim3 block, size_t shared_bytes, const s
   std::lock_guard<std::recursive_mutex> lock(e.mu);
   ++e.stats.launches;
   const uint64_t threads = uint64_t(block.x) * block.y * block.z;
-  const std::string config = std::string(kernel) + " <<<" + Coord(make_uint3(grid.x, grid.y, grid.z)) + ", " +
-                             Coord(make_uint3(block.x, block.y, block.z)) + ", " + std::to_string(shared_bytes) +
-                             ">>>";
   if (threads == 0 || threads > kMaxThreads || block.x > 1024 || block.y > 1024 || block.z > 64 || grid.x == 0 ||
       grid.y == 0 || grid.z == 0 || grid.x > 0x7fffffffu || grid.y > 65535 || grid.z > 65535 ||
       shared_bytes > 48 * 1024) {
-    SetLaunchError(cudaErrorInvalidConfiguration, "invalid launch configuration: " + config);
+    SetLaunchError(cudaErrorInvalidConfiguration,
+                   "invalid launch configuration: " + std::string(kernel) + " <<<" +
+                       Coord(make_uint3(grid.x, grid.y, grid.z)) + ", " + Coord(make_uint3(block.x, block.y, block.z)) +
+                       ", " + std::to_string(shared_bytes) + ">>>");
     return;
   }
   e.kernel = kernel;
