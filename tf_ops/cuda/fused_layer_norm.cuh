@@ -121,6 +121,16 @@ __device__ __forceinline__ float SquaredDeviations(const float* v, float mean, i
   return sq;
 }
 
+// Loads this thread's share of a row into registers (`v`) and gives the row's
+// mean and 1/sqrt(var + eps) to every thread of its group.
+template <typename T, int V, int kVecs>
+__device__ __forceinline__ void RowMoments(const T* row, int64_t units, int t, int group, float inv_h, float eps,
+                                           float* v, float* scratch, float* mean, float* rstd) {
+  *mean = GroupSum(LoadRow<T, V, kVecs>(row, units, t, group, v), group, scratch) * inv_h;
+  const float var = GroupSum(SquaredDeviations<V, kVecs>(v, *mean, units, t, group), group, scratch) * inv_h;
+  *rstd = rsqrtf(var + eps);
+}
+
 template <typename T, int V, int kVecs>
 __global__ void __launch_bounds__(kMaxGroup) ForwardKernel(const T* __restrict__ x, const T* __restrict__ gamma,
                                                       const T* __restrict__ beta, T* __restrict__ y, int64_t rows,
@@ -136,9 +146,8 @@ __global__ void __launch_bounds__(kMaxGroup) ForwardKernel(const T* __restrict__
        row += static_cast<int64_t>(gridDim.x) * per_block) {
     const int64_t base = row * h;
     float v[kVecs * V];
-    const float mean = GroupSum(LoadRow<T, V, kVecs>(x + base, units, t, group, v), group, scratch) * inv_h;
-    const float var = GroupSum(SquaredDeviations<V, kVecs>(v, mean, units, t, group), group, scratch) * inv_h;
-    const float rstd = rsqrtf(var + eps);
+    float mean, rstd;
+    RowMoments<T, V, kVecs>(x + base, units, t, group, inv_h, eps, v, scratch, &mean, &rstd);
 #pragma unroll
     for (int j = 0; j < kVecs; ++j) {
       const int64_t u = t + static_cast<int64_t>(j) * group;
@@ -196,9 +205,8 @@ __global__ void __launch_bounds__(kMaxGroup) BackwardDxKernel(const T* __restric
        row += static_cast<int64_t>(gridDim.x) * per_block) {
     const int64_t base = row * h;
     float v[kVecs * V], g[kVecs * V];
-    const float mean = GroupSum(LoadRow<T, V, kVecs>(x + base, units, t, group, v), group, scratch) * inv_h;
-    const float var = GroupSum(SquaredDeviations<V, kVecs>(v, mean, units, t, group), group, scratch) * inv_h;
-    const float rstd = rsqrtf(var + eps);
+    float mean, rstd;
+    RowMoments<T, V, kVecs>(x + base, units, t, group, inv_h, eps, v, scratch, &mean, &rstd);
     float s1 = 0.0f, s2 = 0.0f;
 #pragma unroll
     for (int j = 0; j < kVecs; ++j) {
