@@ -27,7 +27,10 @@ import pytest
 
 from bridge import cuda, native
 from bridge import ops as specs
+# The gradients' bounds, the arrays on either side and the conv inputs, as `bridge cuda` has them.
+from bridge.cuda_check import BACKWARD_SCALE, Device, conv_inputs
 from bridge.ops import OpError
+from bridge.ops.fused_layer_norm import reference_backward
 
 from conftest import assert_close
 
@@ -166,11 +169,6 @@ def test_conv_geometry_rejects_what_the_spec_rejects():
         cuda.conv_geometry([(1, 5, 5, 3), (3, 3, 3, 4)] + [(4,)] * 5, strides=[1, 0, 1, 1])
 
 
-def layer_norm_backward_reference(dy, x, gamma, epsilon):
-    from bridge.ops.fused_layer_norm import reference_backward
-    return reference_backward(dy, x, gamma, epsilon=epsilon)
-
-
 def test_backward_reference_matches_finite_differences(rng):
     """The formula the GPU backward is judged by, checked against central
     differences of the spec's own forward reference."""
@@ -178,7 +176,7 @@ def test_backward_reference_matches_finite_differences(rng):
     gamma, beta, dy = rng.normal(size=5), rng.normal(size=5), rng.normal(size=(3, 5))
     eps, step = 1e-3, 1e-6
     loss = lambda x_, g_, b_: float(np.sum(dy * FLN.reference(x_, g_, b_, epsilon=eps)))
-    dx, dgamma, dbeta = layer_norm_backward_reference(dy, x, gamma, eps)
+    dx, dgamma, dbeta = reference_backward(dy, x, gamma, epsilon=eps)
     for value, grad, which in ((x, dx, 0), (gamma, dgamma, 1), (beta, dbeta, 2)):
         numeric = np.zeros_like(value)
         for i in np.ndindex(value.shape):
@@ -297,9 +295,6 @@ def test_fused_layer_norm_unaligned_takes_the_scalar_road(k, dev, rng, dtype):
     assert_close("FusedLayerNorm", y, FLN.reference(x, gamma, beta), dtype)
 
 
-# The gradients' bounds, the arrays on either side and the conv inputs, as `bridge cuda` has them.
-from bridge.cuda_check import BACKWARD_SCALE, Device, conv_inputs  # noqa: E402
-
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("shape", [(3, 5), (2, 3, 768), (4, 1), (65, 1024), (3, 1025), (2, 9001), (0, 8)],
@@ -308,7 +303,7 @@ def test_fused_layer_norm_backward(k, dev, rng, shape, dtype):
     x, gamma, dy = _inputs(rng, dtype, shape, shape[-1:], shape)
     dx, dgamma, dbeta = (dev.get(a) for a in k.fused_layer_norm_backward(dev.put(dy), dev.put(x), dev.put(gamma),
                                                                           epsilon=1e-5))
-    ref = layer_norm_backward_reference(dy, x, gamma, 1e-5)
+    ref = reference_backward(dy, x, gamma, epsilon=1e-5)
     for got, want, what in zip((dx, dgamma, dbeta), ref, ("dx", "dgamma", "dbeta")):
         assert_close("FusedLayerNorm", got, want, dtype, scale=BACKWARD_SCALE[dtype], what=what)
 
