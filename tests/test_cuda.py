@@ -639,3 +639,16 @@ def test_bridge_cuda_reports_broken_kernels_as_rows_on_the_emulator(planted):
     assert verdicts[("YoloDecode", "elementwise", "float32", "1x13x13x255")].startswith(
         "error: YoloDecode (CUDA emulator): a kernel wrote outside its output")
     assert sum(r["verdict"] != "pass" for r in rows) < len(rows)
+
+
+def test_bridge_cuda_says_why_it_cannot_build(monkeypatch, capsys):
+    """A missing compiler or header ends `bridge cuda` with the build's message and status 1."""
+    import argparse
+    from bridge import cuda_check
+    from bridge.commands import cuda as command
+
+    def fail(emulate):
+        raise native.BuildError("the CUDA headers (cuda_runtime.h, cuda_fp16.h) were not found. Fix: ...")
+    monkeypatch.setattr(cuda_check, "choose", fail)
+    assert command.run(argparse.Namespace(emulate=True, seed=0, json=False)) == 1
+    assert capsys.readouterr().err.startswith("bridge cuda: the CUDA headers (cuda_runtime.h, cuda_fp16.h) were not found")

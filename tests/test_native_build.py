@@ -51,3 +51,24 @@ def test_a_failed_build_names_a_target_bridge_build_accepts():
     names = set(re.findall(r'Build\(name="([a-z_]+)"', source))
     assert names >= {"tf_ops", "ort", "cuda_harness", "cuda_emulator"}, names
     assert names <= set(build.TARGETS + build.ON_REQUEST), names - set(build.TARGETS + build.ON_REQUEST)
+
+
+def test_bridge_build_refuses_an_unknown_target_naming_the_choices():
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-m", "bridge", "build", "nope"], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 2, done.stderr
+    assert "unknown target 'nope'; choose from tf_ops, ort, cuda_harness, cuda_emulator" in done.stderr
+
+
+def test_missing_cuda_headers_name_the_fix(monkeypatch, tmp_path):
+    """Without the CUDA headers the emulator's build stops with the fix, not a compiler error."""
+    def no_nvcc(nvcc=None):
+        raise native.BuildError("nvcc (the CUDA compiler) not found")
+    monkeypatch.setattr(native, "cuda_include", no_nvcc)
+    monkeypatch.setenv("BRIDGE_CUDA_INCLUDE", str(tmp_path))  # no cuda_runtime.h there
+    monkeypatch.setattr(native.sys, "path", [str(tmp_path)])
+    with pytest.raises(native.BuildError, match=r"the CUDA headers \(cuda_runtime.h, cuda_fp16.h\) were not found\. "
+                                                r"Fix: install the CUDA toolkit"):
+        native.cuda_emulator_build()
