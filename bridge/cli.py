@@ -33,8 +33,23 @@ def parser() -> argparse.ArgumentParser:
     for mod in _command_modules():
         sp = sub.add_parser(mod.NAME, help=mod.HELP, description=getattr(mod, "DESCRIPTION", mod.HELP))
         mod.add_arguments(sp)
-        sp.set_defaults(_run=mod.run, _uses_tensorflow=getattr(mod, "USES_TENSORFLOW", True))
+        sp.set_defaults(_run=mod.run, _uses_tensorflow=getattr(mod, "USES_TENSORFLOW", True),
+                        _uses_tf_ops=getattr(mod, "USES_TF_OPS", False))
     return p
+
+
+def _build_error(e: BaseException):
+    """The native BuildError behind `e`, if any: Keras re-raises errors from a
+    layer's call() as new exceptions, with the original as their context."""
+    from bridge.native import BuildError
+    seen = set()
+    found = None
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, BuildError):
+            found = e  # the innermost one carries the build's own message
+        e = e.__cause__ or e.__context__
+    return found
 
 
 def main(argv=None) -> int:
@@ -44,10 +59,20 @@ def main(argv=None) -> int:
         if args._uses_tensorflow:
             from bridge.quiet import import_tensorflow
             import_tensorflow(verbose=bool(getattr(args, "verbose", False)))
+        if args._uses_tf_ops:
+            # Built (on first use) before any model is traced, so that a failed
+            # build is its own short message, not one wrapped in Keras' traceback.
+            import bridge.tf_ops  # noqa: F401
         return int(args._run(args) or 0)
     except UsageError as e:
         print(f"bridge {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except Exception as e:
+        build_error = _build_error(e)
+        if build_error is None:
+            raise
+        print(f"bridge {args.command}: {build_error}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

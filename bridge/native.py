@@ -8,8 +8,13 @@ for the same build waits on a lock instead of building twice; a build is done
 in a temporary folder and renamed into place, so a half-built library is never
 picked up.
 
-`BRIDGE_PORTABLE=1` (or `bridge build --portable`) builds without
-`-march=native`, for a library that must run on other x86-64 machines.
+The CPU flags (bridge/cpu_flags.py) are decided by what compiles: `-march=native`
+(`-mcpu=native` on aarch64) unless the build's headers refuse a feature of this
+CPU, then with that feature off. They are part of the cache key and of each
+build's `build-info.json`. A build for this CPU that still fails is retried once
+portable, and the cache remembers that it had to be. `BRIDGE_PORTABLE=1` (or
+`bridge build --portable`) builds without CPU flags, for a library that must run
+on other machines; `BRIDGE_CPU_FLAGS="..."` forces exact flags.
 """
 from __future__ import annotations
 
@@ -23,9 +28,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Dict, Iterable, Optional
+from typing import Dict, Iterable, List, Optional
+
+from bridge import cpu_flags
 
 
 class BuildError(RuntimeError):
@@ -34,10 +41,6 @@ class BuildError(RuntimeError):
 
 def cache_root() -> Path:
     return Path(os.environ.get("BRIDGE_CACHE") or Path.home() / ".cache" / "bridge")
-
-
-def portable_default() -> bool:
-    return os.environ.get("BRIDGE_PORTABLE", "") not in ("", "0", "false", "no")
 
 
 def _tool(module: str, attr: str, exe: str) -> Optional[str]:
@@ -95,6 +98,17 @@ def cpu_id() -> str:
         return platform.machine()
 
 
+def cpu_name() -> str:
+    """The CPU's model name, for logs and benchmark tables."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("model name", "Model", "Hardware")):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 @dataclass
 class Build:
     """One CMake project to build into the cache."""
@@ -104,9 +118,24 @@ class Build:
     binds_to: str                  # e.g. "tf2.21.0": the framework version, in the folder name
     target_file: str               # the library file the build produces, e.g. libbridge_tf_ops.so
     options: Dict[str, str] = field(default_factory=dict)  # -D options for CMake
-    portable: bool = field(default_factory=portable_default)
+    portable: Optional[bool] = None  # True: no CPU flags; None: decided (cpu_flags.py)
     extra_sources: Iterable[Path] = ()  # files outside source_dir that the build reads
     describe: str = ""             # what the one-line message says is being built
+    probe_source: str = ""         # a C++ file including the build's headers, compiled to pick the CPU flags
+    probe_flags: List[str] = field(default_factory=list)  # compile flags the probe needs (include paths)
+
+    def cpu(self) -> cpu_flags.CpuFlags:
+        """The CPU flags of this build (probed once per configuration, then cached)."""
+        if getattr(self, "_cpu", None) is None:
+            if self.portable:
+                choice = cpu_flags.CpuFlags([], "portable", reason="a portable build was asked for")
+            else:
+                choice = cpu_flags.forced() or cpu_flags.decide(
+                    cxx_compiler(), _compiler_id(cxx_compiler()), cpu_id(), self.probe_source, self.probe_flags,
+                    cache_root(), announce=lambda line: print(line, file=sys.stderr, flush=True),
+                    what=self.describe or self.name)
+            object.__setattr__(self, "_cpu", choice)
+        return self._cpu
 
     def _sources(self):
         files = sorted(p for p in Path(self.source_dir).rglob("*")
@@ -120,41 +149,73 @@ class Build:
             h.update(p.read_bytes())
         h.update(json.dumps(sorted(self.options.items())).encode())
         h.update(_compiler_id(cxx_compiler()).encode())
-        h.update(b"portable" if self.portable else cpu_id().encode())
+        flags = self.cpu().flags
+        h.update(json.dumps(flags).encode())
+        if any("native" in f for f in flags):
+            h.update(cpu_id().encode())  # "native" means something else on another CPU
         h.update(sys.version.encode())
         return h.hexdigest()[:16]
 
     def folder(self) -> Path:
-        mode = "portable" if self.portable else "native"
-        return cache_root() / f"{self.name}-{self.binds_to}-{mode}-{self.key()}"
+        return cache_root() / f"{self.name}-{self.binds_to}-{self.cpu().mode}-{self.key()}"
+
+    def _fallback_marker(self, final: Path) -> Path:
+        return Path(str(final) + ".portable-fallback.json")
 
     def library(self, force: bool = False, quiet: bool = False) -> Path:
-        """The built library, building it first when the cache has none."""
+        """The built library, building it first when the cache has none. A
+        build for this CPU that fails is retried once portable."""
         final = self.folder()
         lib = final / self.target_file
         if lib.exists() and not force:
             return lib
+        marker = self._fallback_marker(final)
+        if force:
+            marker.unlink(missing_ok=True)
+        elif marker.exists():
+            fallback = replace(self, portable=True)
+            fallback_lib = fallback.folder() / self.target_file
+            if fallback_lib.exists():
+                return fallback_lib
         final.parent.mkdir(parents=True, exist_ok=True)
-        with open(str(final) + ".lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if lib.exists() and not force:
-                return lib  # another process built it while we waited
-            self._build(final, quiet)
-        return lib
+        try:
+            with open(str(final) + ".lock", "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                if lib.exists() and not force:
+                    return lib  # another process built it while we waited
+                self._build(final, quiet)
+            return lib
+        except BuildError as native_error:
+            if self.cpu().mode not in ("native", "reduced"):
+                raise
+            what = self.describe or self.name
+            print(f"bridge: building {what} for this CPU ({' '.join(self.cpu().flags)}) failed; retrying "
+                  f"portable (the failed build's log: {final}.log). BRIDGE_PORTABLE=1 always builds portable; "
+                  f"BRIDGE_CPU_FLAGS=\"...\" forces the CPU flags", file=sys.stderr, flush=True)
+            fallback = replace(self, portable=True)
+            try:
+                fallback_lib = fallback.library(force=force, quiet=quiet)
+            except BuildError as portable_error:
+                raise BuildError(f"{portable_error}\n(the build for this CPU failed too: see {final}.log)") \
+                    from native_error
+            _write_json(marker, {"failed": str(final), "portable": str(fallback_lib.parent),
+                                 "cpu_flags": self.cpu().flags})
+            return fallback_lib
 
     def _build(self, final: Path, quiet: bool) -> None:
         cmake = cmake_exe()
         cxx = cxx_compiler()
         what = self.describe or self.name
+        cpu = self.cpu()
         if not quiet:
-            print(f"bridge: building {what} ({'portable' if self.portable else 'for this CPU'}) "
-                  f"into {final} ...", file=sys.stderr, flush=True)
+            print(f"bridge: building {what} ({cpu_flags.describe(cpu)}) into {final} ...", file=sys.stderr,
+                  flush=True)
         t0 = time.time()
         work = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
         try:
             gen = ["-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja_exe()}"] if ninja_exe() else []
             opts = {"CMAKE_BUILD_TYPE": "Release", "CMAKE_CXX_COMPILER": cxx,
-                    "BRIDGE_PORTABLE": "ON" if self.portable else "OFF", **self.options}
+                    "BRIDGE_CPU_FLAGS": ";".join(cpu.flags), **self.options}
             configure = [cmake, "-S", str(self.source_dir), "-B", str(work / "build"), *gen,
                          *[f"-D{k}={v}" for k, v in opts.items()]]
             jobs = str(max(1, min(os.cpu_count() or 1, 8)))
@@ -170,16 +231,20 @@ class Build:
             built = next((p for p in (work / "build").rglob(self.target_file)), None)
             if rc or built is None:
                 tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:])
+                fix = f"bridge build {self.name} --force"
+                if cpu.flags:
+                    fix += f" (or without CPU flags: bridge build {self.name} --portable --force)"
                 raise BuildError(
                     f"building {what} failed (exit {rc}); the last lines of {final}.log:\n{tail}\n"
-                    f"Fix the cause above, then run: bridge build {self.name} --force")
+                    f"Fix the cause above, then run: {fix}")
             staged = work / "out"
             staged.mkdir()
             shutil.copy2(built, staged / self.target_file)
-            (staged / "build-info.json").write_text(json.dumps(
-                {"name": self.name, "binds_to": self.binds_to, "portable": self.portable,
-                 "options": self.options, "compiler": _compiler_id(cxx), "seconds": round(time.time() - t0, 1)},
-                indent=1))
+            _write_json(staged / "build-info.json",
+                        {"name": self.name, "binds_to": self.binds_to, "cpu_mode": cpu.mode,
+                         "cpu_flags": cpu.flags, "cpu_dropped": cpu.dropped, "cpu_reason": cpu.reason,
+                         "cpu": cpu_name(), "machine": platform.machine(), "options": self.options,
+                         "compiler": _compiler_id(cxx), "seconds": round(time.time() - t0, 1)})
             shutil.copy2(log, staged / "build.log")
             if final.exists():
                 shutil.rmtree(final)
@@ -193,6 +258,12 @@ class Build:
             print(f"bridge: built {what} in {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
 
 
+def _write_json(path: Path, data: dict) -> None:
+    tmp = Path(f"{path}.tmp{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)
+
+
 def read_build_info(library: Path) -> dict:
     try:
         return json.loads((Path(library).parent / "build-info.json").read_text())
@@ -203,6 +274,27 @@ def read_build_info(library: Path) -> dict:
 # -- the project's two libraries ----------------------------------------------
 # The recipes live here, not in their packages, so that `bridge build --force`
 # can rebuild without first importing (and so loading) the library it replaces.
+
+# What each build's CPU flags must compile (bridge/cpu_flags.py): the third-party
+# headers its sources include, where a CPU feature can break them.
+TF_PROBE = """#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+#include <Eigen/Core>
+#include <unsupported/Eigen/CXX11/Tensor>
+int probe() { Eigen::half h(1.0f); return static_cast<int>(static_cast<float>(h)); }
+"""
+ORT_PROBE = """#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+#define ORT_API_MANUAL_INIT
+#include <onnxruntime_cxx_api.h>
+#ifdef BRIDGE_HAVE_DNNL
+#include <oneapi/dnnl/dnnl.hpp>
+#endif
+int probe() { return ORT_API_VERSION; }
+"""
+
 
 def _package_dir(package: str) -> Path:
     import importlib.util
@@ -224,9 +316,12 @@ def tf_ops_build(cuda: bool = False, portable: Optional[bool] = None) -> Build:
     dnnl = onednn_root()
     if dnnl:
         options["BRIDGE_DNNL_ROOT"] = str(dnnl)
+    kernels = _package_dir("bridge") / "kernels"  # the framework-free cores, shared with ort_build
+    options["BRIDGE_KERNELS_DIR"] = str(kernels)
     b = Build(name="tf_ops", source_dir=_package_dir("bridge.tf_ops"), binds_to=f"tf{tf.__version__}",
-              target_file="libbridge_tf_ops.so", options=options,
-              describe=f"the TensorFlow ops for TensorFlow {tf.__version__}")
+              target_file="libbridge_tf_ops.so", options=options, extra_sources=sorted(kernels.glob("*.h")),
+              describe=f"the TensorFlow ops for TensorFlow {tf.__version__}",
+              probe_source=TF_PROBE, probe_flags=list(tf.sysconfig.get_compile_flags()))
     if portable is not None:
         b.portable = portable
     return b
@@ -261,16 +356,21 @@ def ort_build(portable: Optional[bool] = None, fetch: bool = True) -> Optional[B
         except ort_headers.HeaderError as e:
             raise BuildError(str(e)) from e
     source = _package_dir("bridge.onnx_plugins") / "native"
-    # The oneDNN/Winograd convolution core is shared with the TensorFlow kernel.
+    # The framework-free cores (bridge/kernels) are shared with the TensorFlow kernels,
+    # and so is tf_ops/cpu/native.cmake.
     tf_ops_dir = _package_dir("bridge.tf_ops")
-    options = {"ORT_INCLUDE_DIR": str(include), "BRIDGE_TF_OPS_DIR": str(tf_ops_dir)}
+    kernels = _package_dir("bridge") / "kernels"
+    options = {"ORT_INCLUDE_DIR": str(include), "BRIDGE_TF_OPS_DIR": str(tf_ops_dir),
+               "BRIDGE_KERNELS_DIR": str(kernels)}
     dnnl = onednn_root()
     if dnnl:
         options["BRIDGE_DNNL_ROOT"] = str(dnnl)
     b = Build(name="ort", source_dir=source, binds_to=f"ort{ort_headers.api_version(include)}",
               target_file="libbridge_ort_ops.so", options=options,
-              extra_sources=[include / ort_headers.MAIN_HEADER, *sorted((tf_ops_dir / "cpu").glob("*"))],
-              describe="the onnxruntime kernels")
+              extra_sources=[include / ort_headers.MAIN_HEADER, *sorted((tf_ops_dir / "cpu").glob("*")),
+                             *sorted(kernels.glob("*.h"))],
+              describe="the onnxruntime kernels", probe_source=ORT_PROBE,
+              probe_flags=[f"-I{include}"] + ([f"-I{dnnl / 'include'}", "-DBRIDGE_HAVE_DNNL=1"] if dnnl else []))
     if portable is not None:
         b.portable = portable
     return b

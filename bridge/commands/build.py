@@ -1,6 +1,7 @@
 """`bridge build`: build the native libraries ahead of time."""
 from __future__ import annotations
 
+import json
 import sys
 
 NAME = "build"
@@ -16,8 +17,10 @@ def add_arguments(p):
                    help=f"what to build: {', '.join(TARGETS + ON_REQUEST)} (default: {', '.join(TARGETS)})")
     p.add_argument("--force", action="store_true", help="rebuild even when the cache has the library")
     p.add_argument("--portable", action="store_true",
-                   help="build without -march=native, for other x86-64 machines")
+                   help="build without CPU-specific flags (-march=native), for other machines of this architecture")
     p.add_argument("--cuda", action="store_true", help="also build the TensorFlow GPU kernels (needs nvcc)")
+    p.add_argument("--json", action="store_true",
+                   help="print each library's build record (path, CPU flags, compiler, ...) as JSON")
 
 
 def run(args) -> int:
@@ -28,6 +31,7 @@ def run(args) -> int:
     if unknown:
         raise UsageError(f"unknown target {unknown[0]!r}; choose from {', '.join(TARGETS + ON_REQUEST)}")
     portable = True if args.portable else None
+    records = []
     try:
         for target in targets:
             if target == "tf_ops":
@@ -38,8 +42,15 @@ def run(args) -> int:
                 b = native.cuda_harness_build()
             else:
                 b = native.cuda_emulator_build()
-            print(f"{target}: {b.library(force=args.force)}")
+            lib = b.library(force=args.force)
+            info = native.read_build_info(lib)
+            records.append({"target": target, "library": str(lib), **info})
+            if not args.json:
+                flags = " ".join(info.get("cpu_flags", [])) or "no CPU flags"
+                print(f"{target}: {lib} ({info.get('cpu_mode', '?')}: {flags})")
     except native.BuildError as e:
         print(f"bridge build: {e}", file=sys.stderr)
         return 1
+    if args.json:
+        print(json.dumps(records, indent=1))
     return 0

@@ -45,6 +45,7 @@ import sys
 from bridge.commands._options import parse_config
 
 NAME = "export"
+USES_TF_OPS = True  # the op library is built (or found) before any model is loaded
 HELP = "export a model (fused onto the custom ops) to ONNX, TFLite or Ascend, verified against TensorFlow"
 DESCRIPTION = __doc__.split("\n\n")[0]
 

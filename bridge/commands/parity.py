@@ -10,6 +10,7 @@ from bridge import atomic
 from bridge.commands._options import parse_config
 
 NAME = "parity"
+USES_TF_OPS = True  # the op library is built (or found) before any model is loaded
 HELP = "run a model through every runtime and prove they agree (down to the first diverging layer)"
 DESCRIPTION = """\
 Runs MODEL on every runtime available here and compares each output with the

@@ -1,14 +1,12 @@
 # CMake pieces both native libraries share (tf_ops/CMakeLists.txt and
 # onnx_plugins/native/CMakeLists.txt): the CPU target and the oneDNN link.
 
-# -march=native unless BRIDGE_PORTABLE (then any x86-64: x86-64-v3 would be faster,
-# but portable means portable).
+# BRIDGE_CPU_FLAGS: the instruction-set flags bridge/cpu_flags.py chose by what
+# compiles on this CPU (-march=native, less any feature the headers refuse; empty
+# for a portable build).
+set(BRIDGE_CPU_FLAGS "" CACHE STRING "CPU flags, ;-separated (bridge/cpu_flags.py)")
 function(bridge_cpu_target target)
-  if(NOT BRIDGE_PORTABLE)
-    target_compile_options(${target} PRIVATE -march=native)
-  else()
-    target_compile_options(${target} PRIVATE -mtune=generic)
-  endif()
+  target_compile_options(${target} PRIVATE ${BRIDGE_CPU_FLAGS})
 endfunction()
 
 # Links the oneDNN install at BRIDGE_DNNL_ROOT (bridge.native.onednn_root()) into
