@@ -13,34 +13,50 @@ from bridge.parity import loaded
 from bridge.parity.inputs import InputError, InputSpec
 
 
-@pytest.mark.parametrize("shape", [(7,), (1, 1), (3, 5, 2), (2, 13, 13, 9)])
+def _allowed(ref, atol=1e-4, rtol=1e-4):
+    """ops.md's rule written out: the error element i may have."""
+    absref = np.abs(np.asarray(ref, np.float64))
+    return np.maximum(atol * np.maximum(1.0, absref), rtol * absref)
+
+
+@pytest.mark.parametrize("shape", [(7,), (1, 1), (3, 5, 2), (2, 13, 13, 9), ()])
 def test_numbers_against_numpy(rng, shape):
-    ref = rng.normal(size=shape).astype(np.float32) * 3
-    got = ref + rng.normal(size=shape).astype(np.float32) * 1e-6
+    ref = (rng.normal(size=shape) * 3 + 0.5).astype(np.float32)
+    got = (ref + rng.normal(size=shape) * 1e-6).astype(np.float32)
     c = cmp.compare(got, ref)
     diff = np.abs(got.astype(np.float64) - ref.astype(np.float64))
+    ratio = diff / _allowed(ref)
     assert c.passed and c.failing == 0
     assert c.max_abs_error == pytest.approx(diff.max())
     assert c.mean_abs_error == pytest.approx(diff.mean())
     assert c.max_rel_error == pytest.approx(np.max(diff / np.abs(ref.astype(np.float64))))
     assert c.cosine == pytest.approx(1.0, abs=1e-9)
-    assert c.atol_effective == pytest.approx(1e-4 * max(1.0, float(np.abs(ref).max())))
+    assert c.excess == pytest.approx(ratio.max())
+    worst = np.unravel_index(np.argmax(ratio), np.shape(ref))
+    assert c.worst_index == worst and c.allowed == pytest.approx(_allowed(ref)[worst])
 
 
-def test_element_fails_only_beyond_both_bounds():
-    ref = np.array([1000.0, 1.0, 0.0, -2.0], np.float32)
-    tol = cmp.Tolerance(1e-4, 1e-4)          # atol_eff = 0.1 (scaled by max|ref| = 1000)
-    # 0.05 everywhere: inside atol_eff; 0.15 on 1000: beyond atol_eff and beyond rtol*|ref| = 0.1
-    got = ref + np.array([0.05, 0.05, 0.05, 0.05], np.float32)
-    assert cmp.compare(got, ref, tol).passed
-    got = ref + np.array([0.15, 0, 0, 0], np.float32)
+def test_each_element_is_held_to_its_own_magnitude():
+    """ops.md: |got - ref| <= atol * max(1, |ref[i]|) per element, never scaled by
+    the largest value: a 2.4 px box next to a 611 px one may be off by 2.4e-4, not 0.0611."""
+    ref = np.array([611.0, 2.4, 0.5, 0.0, -3.0], np.float32)
+    tol = cmp.Tolerance(1e-4, 1e-4)
+    allowed = _allowed(ref)                    # [0.0611, 2.4e-4, 1e-4, 1e-4, 3e-4]
+    assert cmp.compare(ref + 0.9 * allowed, ref, tol).passed
+    for i in range(ref.size):  # each element alone just beyond its own bound fails, at that element
+        got = ref.astype(np.float64).copy()
+        got[i] += 1.1 * allowed[i]
+        c = cmp.compare(got, ref, tol)
+        assert not c.passed and c.failing == 1 and c.worst_index == (i,), (i, c)
+        assert c.excess == pytest.approx(1.1, rel=1e-3) and c.allowed == pytest.approx(allowed[i], rel=1e-6)
+    got = ref.astype(np.float64).copy()
+    got[1] += 0.05                             # inside atol * max|ref| = 0.0611: the old whole-output rule passed it
     c = cmp.compare(got, ref, tol)
-    assert not c.passed and c.failing == 1 and c.worst_index == (0,)
-    # a generous rtol alone lets the large element through
-    assert cmp.compare(got, ref, cmp.Tolerance(1e-4, 1e-3)).passed
-    # beyond rtol but inside atol passes too
-    got = ref + np.array([0, 0, 0.09, 0], np.float32)
-    assert cmp.compare(got, ref, tol).passed
+    assert not c.passed and c.worst_index == (1,) and c.excess > 200
+    # rtol above atol widens only the large elements; an atol override widens every element
+    assert cmp.compare(got, ref, cmp.Tolerance(1e-4, 0.03)).passed
+    assert not cmp.compare(ref + np.float32(2e-3), ref, cmp.Tolerance(1e-4, 0.03)).passed
+    assert cmp.compare(ref + np.float32(2e-3), ref, cmp.Tolerance(3e-3, 0.0)).passed
 
 
 def test_worst_element_and_values(rng):
@@ -53,24 +69,36 @@ def test_worst_element_and_values(rng):
     assert c.worst_got == pytest.approx(got[2, 3]) and c.worst_ref == pytest.approx(ref[2, 3])
 
 
+@pytest.mark.parametrize("side", ["result", "reference"])
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
-def test_nonfinite_where_reference_is_finite_fails(bad):
-    ref = np.ones((3, 3), np.float32)
+def test_nonfinite_on_either_side_fails_and_is_named(bad, side):
+    ref = np.ones((3, 4), np.float32)
     got = ref.copy()
-    got[1, 2] = bad
+    (got if side == "result" else ref)[1, 2] = bad
+    (got if side == "result" else ref)[2, 0] = bad
     c = cmp.compare(got, ref, cmp.Tolerance(1e9, 1e9))
-    assert not c.passed and c.nonfinite == 1 and c.worst_index == (1, 2) and "NaN/Inf" in c.note
+    assert not c.passed and c.nonfinite == 2 and c.failing == 2 and c.excess == np.inf
+    assert c.worst_index == (1, 2) and c.nonfinite_side == side
+    name = "NaN" if bad != bad else "Inf" if bad > 0 else "-Inf"
+    assert c.note.startswith(f"{name} at [1,2] in the {side} ") and "2 non-finite mismatches" in c.note, c.note
+    assert c.max_abs_error == 0 and c.to_json()["excess"] == "inf"
 
 
-def test_nan_never_passes_even_against_nan():
-    ref = np.array([1.0, np.nan])
-    assert not cmp.compare(ref.copy(), ref).passed
+def test_different_nonfinite_values_fail():
+    ref = np.array([1.0, np.inf, np.nan])
+    for got in (np.array([1.0, -np.inf, np.nan]), np.array([1.0, np.inf, np.inf]), np.array([1.0, np.nan, np.nan])):
+        c = cmp.compare(got, ref)
+        assert not c.passed and c.nonfinite_side == "both" and "different values" in c.note, (got, c.note)
 
 
-def test_same_inf_passes():
-    ref = np.array([1.0, np.inf, -np.inf])
-    assert cmp.compare(ref.copy(), ref).passed
-    assert not cmp.compare(np.array([1.0, -np.inf, -np.inf]), ref).passed
+def test_the_same_nonfinite_at_the_same_places_passes_and_says_so():
+    ref = np.array([[1.0, np.nan], [np.inf, -np.inf]])
+    c = cmp.compare(ref.copy(), ref)
+    assert c.passed and c.note == "3 NaN/Inf on both sides at the same places" and c.nonfinite == 0
+    got = ref.copy()
+    got[0, 0] = 1.5                            # the finite rest is still judged
+    c = cmp.compare(got, ref)
+    assert not c.passed and c.worst_index == (0, 0) and c.max_abs_error == pytest.approx(0.5)
 
 
 def test_shape_mismatch_and_harmless_unit_dims():
@@ -101,6 +129,48 @@ def test_cosine_detects_sign_flip(rng):
     assert c.cosine == pytest.approx(-1.0) and not c.passed
     json = c.to_json()
     assert json["worst_index"] is not None and json["shape"] == [50]
+
+
+# -- one rule for every judge: parity, the op tolerances, the test helper ---------------
+def _cases():
+    """(name, got, ref, passes) under atol = rtol = 1e-5; ref spans small and large magnitudes."""
+    ref = np.array([[600.0, 2.4, 0.5], [0.0, -3.0, 1e4]])
+    allowed = 1e-5 * np.maximum(1.0, np.abs(ref))
+    nan, inf = np.nan, np.inf
+    cases = [("inside", ref + 0.9 * allowed, ref, True),
+             ("small element past its own bound", ref + np.where(ref == 2.4, 1.1, 0.9) * allowed, ref, False),
+             ("zero element past atol", ref + np.where(ref == 0, 1.1e-5, 0.0), ref, False)]
+    for bad in (nan, inf, -inf):
+        cases += [(f"{bad} in the result", np.where(ref == 0.5, bad, ref), ref, False),
+                  (f"{bad} in the reference", ref, np.where(ref == 0.5, bad, ref), False),
+                  (f"{bad} on both sides", np.where(ref == 0.5, bad, ref), np.where(ref == 0.5, bad, ref), True)]
+    cases += [("nan against inf", np.where(ref == 0.5, nan, ref), np.where(ref == 0.5, inf, ref), False),
+              ("inf against -inf", np.where(ref == 0.5, inf, ref), np.where(ref == 0.5, -inf, ref), False),
+              ("nan elsewhere on each side", np.where(ref == 0.5, nan, ref), np.where(ref == 2.4, nan, ref), False)]
+    return cases
+
+
+@pytest.mark.parametrize("name, got, ref, passes", _cases(), ids=[c[0] for c in _cases()])
+def test_every_judge_applies_the_same_rule(name, got, ref, passes):
+    from bridge import ops
+    from conftest import assert_close
+    atol = ops.get("FusedLayerNorm").tolerance["float32"].atol
+    assert atol == 1e-5
+    assert cmp.compare(got, ref, cmp.Tolerance(atol, atol)).passed == passes
+    assert (ops.Tolerance(atol).excess(got, ref) <= 1) == passes
+    if passes:
+        assert_close("FusedLayerNorm", got, ref)
+    else:
+        with pytest.raises(AssertionError, match=r"FusedLayerNorm .*(exceeds|NaN|Inf)"):
+            assert_close("FusedLayerNorm", got, ref)
+
+
+def test_test_helper_names_the_nonfinite_element_and_side():
+    from conftest import assert_close
+    ref = np.ones((2, 3))
+    ref[1, 2] = np.nan
+    with pytest.raises(AssertionError, match=r"NaN at \[1,2\] in the reference"):
+        assert_close("YoloDecode", np.ones((2, 3)), ref, what="boxes")
 
 
 # -- inputs --------------------------------------------------------------------

@@ -81,7 +81,7 @@ def add_arguments(p):
     p.add_argument("--seed", type=int, default=0, help="seed of built-in weights and of the verification inputs")
     p.add_argument("--config", action="append", metavar="KEY=VALUE", default=[],
                    help="built-in model option, e.g. width=0.25 (repeatable)")
-    p.add_argument("--atol", type=float, help="verification tolerance (scaled by max(1, max|ref|)); "
+    p.add_argument("--atol", type=float, help="verification tolerance (per element, times max(1, |ref|)); "
                                              "default per dtype as bridge parity")
     p.add_argument("--no-verify", dest="verify", action="store_false", help="skip the run against TensorFlow")
     p.add_argument("-v", "--verbose", action="store_true", help="show the converters' own logging")

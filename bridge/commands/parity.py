@@ -18,15 +18,16 @@ reference: `tf` (the original, unfused TensorFlow model) for TensorFlow models,
 `onnx-reference` (onnx's ReferenceEvaluator with bridge's float64 reference
 ops) for an .onnx MODEL. A runtime that cannot run here says why in the table.
 
-Comparison: an element fails only when |got - ref| exceeds BOTH
-  atol * max(1, max|ref|)   and   rtol * |ref|
-(the absolute bound scales with the output's magnitude, as ops.md scales its
-per-op tolerances). Defaults: float32 atol 1e-4 rtol 1e-4; float16 1e-2/1e-2;
-integer outputs exact. NaN, or Inf where the reference is finite, always fails.
+Comparison, element by element (ops.md): element i passes when
+  |got[i] - ref[i]| <= max(atol * max(1, |ref[i]|), rtol * |ref[i]|)
+(each element is held to its own magnitude, never to the largest value of the
+output). Defaults: float32 atol 1e-4 rtol 1e-4; float16 1e-2/1e-2; integer
+outputs exact. A NaN or Inf on either side fails unless both sides hold the same
+one at that place (the row says so); a reference that produces NaN fails the run.
 --atol/--rtol take a number (all outputs) or NAME=NUMBER (one output).
 
-Exit codes: 0 every runtime agrees, 1 a runtime disagrees or fails, 2 usage
-error (unknown runtime, bad file, bad shape)."""
+Exit codes: 0 every runtime agrees, 1 a runtime disagrees or fails (or the
+reference produced NaN), 2 usage error (unknown runtime, bad file, bad shape)."""
 
 
 def _runtime_help() -> str:
@@ -50,7 +51,7 @@ def add_arguments(p):
     p.add_argument("--config", action="append", metavar="KEY=VALUE",
                    help="built-in model option (repeatable), e.g. input_size=96 width=0.125")
     p.add_argument("--seed", type=int, default=0, help="seed of the generated inputs (default 0)")
-    p.add_argument("--atol", action="append", metavar="[OUTPUT=]A", help="absolute tolerance (scaled by max(1, max|ref|))")
+    p.add_argument("--atol", action="append", metavar="[OUTPUT=]A", help="absolute tolerance (per element, times max(1, |ref|))")
     p.add_argument("--rtol", action="append", metavar="[OUTPUT=]R", help="relative tolerance")
     p.add_argument("--per-layer", action="store_true",
                    help="also compare every intermediate tensor shared with the reference; print the first that "

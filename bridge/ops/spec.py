@@ -12,6 +12,8 @@ from typing import Any, Callable, Optional, Sequence, Tuple
 
 import numpy as np
 
+from . import nonfinite
+
 DOMAIN = "com.bridge"
 DOMAIN_VERSION = 1
 
@@ -78,19 +80,26 @@ class Tolerance:
     atol: float
 
     def excess(self, got: np.ndarray, ref: np.ndarray, extra=0.0) -> float:
-        """Largest ratio error / allowed; <= 1 passes. NaN or Inf never passes.
-        `extra`: an absolute allowance added per element (e.g. the rounding a
-        reduced-precision road is entitled to), scalar or shaped like ref."""
+        """Largest ratio error / allowed over the elements; <= 1 passes. A NaN or
+        Inf on either side is infinitely beyond, unless both sides hold the same
+        one there (bridge.ops.nonfinite). `extra`: an absolute allowance added per
+        element (e.g. the rounding a reduced-precision road is entitled to),
+        scalar or shaped like ref."""
         got = np.asarray(got, dtype=np.float64)
         ref = np.asarray(ref, dtype=np.float64)
         if got.shape != ref.shape:
             raise AssertionError(f"shape {got.shape} != reference shape {ref.shape}")
         if got.size == 0:
             return 0.0
-        if not np.all(np.isfinite(got)):
+        bad = nonfinite.check(got, ref)
+        if bad is not None and bad.failed:
             return float("inf")
         allowed = self.atol * np.maximum(1.0, np.abs(ref)) + extra
-        return float(np.max(np.abs(got - ref) / allowed))
+        with np.errstate(invalid="ignore"):
+            ratio = np.abs(got - ref) / allowed
+        if bad is not None:
+            ratio = np.where(bad.matched, 0.0, ratio)
+        return float(np.max(ratio))
 
 
 @dataclass(frozen=True)
@@ -110,6 +119,9 @@ class OpSpec:
     _from_onnx: Callable[..., dict] = field(repr=False)
     domain: str = DOMAIN
     domain_version: int = DOMAIN_VERSION
+    # The op in standard ONNX ops, body(b, *inputs, outputs) on an onnx_plugins Body,
+    # for ops that come without an onnx_plugins/<module>.py (a team's ops).
+    body: Optional[Callable[..., None]] = field(default=None, repr=False)
 
     # -- attributes --------------------------------------------------------
     def attr(self, name: str) -> Attr:

@@ -1,16 +1,16 @@
 """One output of one runtime against the reference: the numbers and the verdict.
 
-The rule (also in `bridge parity --help`): an element fails only when its error
-exceeds BOTH the absolute bound and the relative bound,
+The rule (ops.md, also in `bridge parity --help`), element by element: element i
+passes when
 
-    |got - ref| > atol_eff   and   |got - ref| > rtol * |ref|,
-    atol_eff = atol * max(1, max|ref|)
+    |got[i] - ref[i]| <= max(atol * max(1, |ref[i]|), rtol * |ref[i]|)
 
-so the absolute bound scales with the output's magnitude, as ops.md scales its
-per-op tolerances by max(1, |y|); whole models accumulate error through many
-layers, hence looser defaults than the per-op ones. Defaults per dtype are in
-`DEFAULTS`. NaN in the result always fails; Inf fails unless the reference has
-the same Inf at that place. Integer and bool outputs must match exactly.
+never scaled by the largest value of the whole output, so a 2 px box is held to
+its own size, not to the largest box's. Whole models accumulate error through
+many layers, hence looser defaults than the per-op ones (`DEFAULTS`, per dtype).
+A NaN or Inf on either side fails unless both sides hold the same one at that
+place (bridge.ops.nonfinite); the note then says so. Integer and bool outputs
+must match exactly.
 """
 from __future__ import annotations
 
@@ -19,7 +19,9 @@ from typing import Dict, Mapping, Optional, Tuple
 
 import numpy as np
 
-# dtype name -> (atol, rtol); atol is scaled by max(1, max|ref|)
+from bridge.ops import nonfinite
+
+# dtype name -> (atol, rtol), element by element (see the rule above)
 DEFAULTS: Dict[str, Tuple[float, float]] = {
     "float64": (1e-4, 1e-4),
     "float32": (1e-4, 1e-4),
@@ -46,23 +48,26 @@ class Tolerance:
 
 @dataclass
 class Comparison:
-    """Every number `bridge parity` reports for one (runtime, output) pair."""
+    """Every number `bridge parity` reports for one (runtime, output) pair. The
+    error statistics cover the elements finite on both sides."""
 
     passed: bool
     shape: Tuple[int, ...]
     dtype: str
-    atol: float                 # the configured atol (before scaling)
+    atol: float
     rtol: float
-    atol_effective: float       # atol * max(1, max|ref|)
+    excess: float               # max over elements of |got-ref| / allowed; <= 1 passes (inf: a NaN/Inf mismatch)
+    allowed: float              # the error allowed at the worst element, max(atol*max(1,|ref|), rtol*|ref|)
     max_abs_error: float
     max_rel_error: float        # max over elements of |got-ref| / |ref| (elements with ref != 0)
     mean_abs_error: float
     cosine: float
-    worst_index: Optional[Tuple[int, ...]]
+    worst_index: Optional[Tuple[int, ...]]  # the element furthest beyond its bound (the first NaN/Inf mismatch)
     worst_got: Optional[float]
     worst_ref: Optional[float]
-    failing: int                # number of elements beyond both bounds
-    nonfinite: int              # NaN/Inf in the result where the reference is finite (or NaN anywhere)
+    failing: int                # elements beyond their bound, NaN/Inf mismatches included
+    nonfinite: int              # NaN/Inf mismatches (non-finite on one side, or different non-finite values)
+    nonfinite_side: str = ""    # where the first mismatch is non-finite: result | reference | both
     note: str = ""
 
     def to_json(self) -> dict:
@@ -80,8 +85,9 @@ def _json_number(v):
 
 def mismatch(reason: str, got, ref, tol: Tolerance) -> Comparison:
     ref = np.asarray(ref)
-    return Comparison(False, tuple(ref.shape), ref.dtype.name, tol.atol, tol.rtol, float("nan"), float("nan"),
-                      float("nan"), float("nan"), float("nan"), None, None, None, int(ref.size), 0, reason)
+    nan = float("nan")
+    return Comparison(False, tuple(ref.shape), ref.dtype.name, tol.atol, tol.rtol, float("inf"), nan, nan, nan, nan,
+                      nan, None, None, None, int(ref.size), 0, "", reason)
 
 
 def compare(got, ref, tol: Optional[Tolerance] = None) -> Comparison:
@@ -95,80 +101,47 @@ def compare(got, ref, tol: Optional[Tolerance] = None) -> Comparison:
         else:
             return mismatch(f"shape {list(got.shape)} != reference {list(ref.shape)}", got, ref, tol)
     if got.size == 0:
-        return Comparison(True, tuple(ref.shape), ref.dtype.name, tol.atol, tol.rtol, tol.atol, 0.0, 0.0, 0.0, 1.0,
-                          None, None, None, 0, 0, "empty")
+        return Comparison(True, tuple(ref.shape), ref.dtype.name, tol.atol, tol.rtol, 0.0, tol.atol, 0.0, 0.0, 0.0,
+                          1.0, None, None, None, 0, 0, "", "empty")
     g = got.astype(np.float64)
     r = ref.astype(np.float64)
-    with np.errstate(invalid="ignore", over="ignore"):
-        all_finite = np.isfinite(g.sum()) and np.isfinite(r.sum())
-    if all_finite:  # no NaN/Inf anywhere (the common case): fewer passes
-        return _compare_finite(g, r, ref, tol)
-    ref_finite = np.isfinite(r)
-    same_inf = np.isinf(g) & np.isinf(r) & (np.sign(g) == np.sign(r))
-    bad_nonfinite = (~np.isfinite(g) & ~same_inf) | np.isnan(g)
-    finite = np.isfinite(g) & ref_finite
-    scale = float(np.max(np.abs(r[ref_finite]))) if ref_finite.any() else 0.0
-    atol_eff = tol.atol * max(1.0, scale)
-
-    err = np.zeros_like(r)
-    err[finite] = np.abs(g[finite] - r[finite])
-    absref = np.where(ref_finite, np.abs(r), 0.0)
-    beyond = finite & (err > atol_eff) & (err > tol.rtol * absref)
-    if tol.atol == 0 and tol.rtol == 0:
-        beyond = finite & (err > 0)
-    fail_mask = beyond | bad_nonfinite
-    # how far each element is beyond what it is allowed: picks the worst element
-    allowed = np.maximum(atol_eff, tol.rtol * absref)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        excess = np.where(allowed > 0, err / np.where(allowed > 0, allowed, 1.0), np.where(err > 0, np.inf, 0.0))
-    excess = np.where(bad_nonfinite, np.inf, excess)
-    worst = np.unravel_index(int(np.argmax(excess)), r.shape) if r.ndim else ()
-    nz = finite & (absref > 0)
-    max_rel = float(np.max(err[nz] / absref[nz])) if nz.any() else 0.0
-    return Comparison(
-        passed=not bool(fail_mask.any()),
-        shape=tuple(ref.shape), dtype=ref.dtype.name, atol=tol.atol, rtol=tol.rtol, atol_effective=atol_eff,
-        max_abs_error=float(err[finite].max()) if finite.any() else float("nan"),
-        max_rel_error=max_rel,
-        mean_abs_error=float(err[finite].mean()) if finite.any() else float("nan"),
-        cosine=_cosine(g, r, finite),
-        worst_index=tuple(int(i) for i in worst), worst_got=float(g[worst]), worst_ref=float(r[worst]),
-        failing=int(fail_mask.sum()), nonfinite=int(bad_nonfinite.sum()),
-        note=f"{int(bad_nonfinite.sum())} NaN/Inf" if bad_nonfinite.any() else "")
-
-
-def _compare_finite(g: np.ndarray, r: np.ndarray, ref: np.ndarray, tol: Tolerance) -> Comparison:
-    """`compare` when both sides are finite everywhere: the same numbers in about
-    half the passes over the data (per-layer runs compare a few hundred MB per
-    runtime). An element fails when err > max(atol_eff, rtol*|ref|), which is
-    the rule's "beyond both bounds"."""
-    err = np.abs(g - r)
+    bad = nonfinite.check(g, r)
+    finite = None if bad is None else ~(bad.matched | bad.unmatched).ravel()
+    g, r = g.ravel(), r.ravel()  # flat: numpy keeps 0-d results as scalars, which `out=` refuses
+    if finite is not None:  # the statistics cover what is finite on both sides
+        g, r = np.where(finite, g, 0.0), np.where(finite, r, 0.0)
+    err = g - r
+    np.abs(err, out=err)
     absref = np.abs(r)
-    atol_eff = tol.atol * max(1.0, float(absref.max()))
-    allowed = np.maximum(absref * tol.rtol, atol_eff)
-    failing = int(np.count_nonzero(err > allowed))
+    # max(atol * max(1, |ref|), rtol * |ref|) == max(atol, max(atol, rtol) * |ref|): one buffer
+    slope = max(tol.atol, tol.rtol)
+    excess = np.maximum(absref * slope, tol.atol)
     with np.errstate(divide="ignore", invalid="ignore"):
-        if atol_eff > 0:
-            excess = err / allowed
-        else:  # allowed is 0 where ref is 0: any error there is infinitely beyond
-            excess = np.where(allowed > 0, err / np.where(allowed > 0, allowed, 1.0), np.where(err > 0, np.inf, 0.0))
-        rel = err / absref
-    worst = np.unravel_index(int(np.argmax(excess)), r.shape) if r.ndim else ()
+        np.divide(err, excess, out=excess)  # allowed is 0 only where exactness is asked: err/0 -> inf, 0/0 -> nan
+    excess[err == 0] = 0.0
+    failing = int(np.count_nonzero(excess > 1))
+    if bad is not None:
+        excess[bad.unmatched.ravel()] = np.inf
+        failing += int(bad.unmatched.sum())
+    flat = int(np.argmax(excess))
+    worst = np.unravel_index(flat, ref.shape)
     nz = absref > 0
-    max_rel = float(rel[nz].max()) if nz.any() else 0.0
+    max_rel = float(np.max(err[nz] / absref[nz])) if nz.any() else 0.0
+    n_finite = err.size if finite is None else int(finite.sum())
     return Comparison(
         passed=failing == 0,
-        shape=tuple(ref.shape), dtype=ref.dtype.name, atol=tol.atol, rtol=tol.rtol, atol_effective=atol_eff,
-        max_abs_error=float(err.max()), max_rel_error=max_rel, mean_abs_error=float(err.mean()),
-        cosine=_cosine(g, r, None),
-        worst_index=tuple(int(i) for i in worst), worst_got=float(g[worst]), worst_ref=float(r[worst]),
-        failing=failing, nonfinite=0, note="")
+        shape=tuple(ref.shape), dtype=ref.dtype.name, atol=tol.atol, rtol=tol.rtol,
+        excess=float(excess[flat]), allowed=max(tol.atol, slope * float(absref[flat])),
+        max_abs_error=float(err.max()) if n_finite else float("nan"),
+        max_rel_error=max_rel,
+        mean_abs_error=float(err.sum() / n_finite) if n_finite else float("nan"),
+        cosine=_cosine(g, r) if n_finite else float("nan"),
+        worst_index=tuple(int(i) for i in worst), worst_got=float(got[worst]), worst_ref=float(ref[worst]),
+        failing=failing, nonfinite=0 if bad is None else int(bad.unmatched.sum()),
+        nonfinite_side="" if bad is None else bad.side, note="" if bad is None else bad.describe())
 
 
-def _cosine(g: np.ndarray, r: np.ndarray, finite: Optional[np.ndarray]) -> float:
-    """`finite` None: known to be finite everywhere."""
-    if finite is not None and not finite.all():
-        return float("nan")
+def _cosine(g: np.ndarray, r: np.ndarray) -> float:
     a, b = g.ravel(), r.ravel()
     na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
     if na == 0 and nb == 0:

@@ -18,7 +18,7 @@ def _idx(index) -> str:
 
 def outputs_table(report, colour: Optional[bool] = None) -> str:
     headers = ["runtime", "output", "shape", "max abs", "max rel", "mean abs", "cosine", "worst at",
-               "got / ref", "atol eff", "result"]
+               "got / ref", "allowed", "result"]
     rows: List[list] = []
     paints: List[list] = []
     for r in report.runtimes:
@@ -32,12 +32,21 @@ def outputs_table(report, colour: Optional[bool] = None) -> str:
             paints.append([None] * 10 + ["red" if bad else "yellow"])
             continue
         for out, c in r.outputs.items():
-            result = "pass" if c.passed else f"FAIL ({c.failing} el.)" if not c.note else f"FAIL: {c.note}"
-            got_ref = "" if c.worst_got is None else f"{c.worst_got:.6g} / {c.worst_ref:.6g}"
             rows.append([r.name, out, "x".join(map(str, c.shape)) or "scalar", c.max_abs_error, c.max_rel_error,
-                         c.mean_abs_error, c.cosine, _idx(c.worst_index), got_ref, c.atol_effective, result])
+                         c.mean_abs_error, c.cosine, _idx(c.worst_index), _got_ref(c), c.allowed, _result(c)])
             paints.append([None] * 10 + ["green" if c.passed else "red"])
     return render(headers, rows, paints, colour=colour, align="llrrrrrlrrl")
+
+
+def _got_ref(c) -> str:
+    return "" if c.worst_got is None else f"{c.worst_got:.6g} / {c.worst_ref:.6g}"
+
+
+def _result(c) -> str:
+    """pass / FAIL with the count, and what the note adds (a NaN or Inf, and on which side)."""
+    if c.passed:
+        return f"pass ({c.note})" if c.note else "pass"
+    return _short(f"FAIL: {c.note}") if c.note else f"FAIL ({c.failing} el., {c.excess:.3g}x allowed)"
 
 
 def layers_table(report, colour: Optional[bool] = None) -> str:

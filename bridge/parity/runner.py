@@ -244,6 +244,10 @@ def _run(source, adapters, broken, wanted, batch, seed, atol, rtol, per_layer, g
                 continue
             reference_out = {k: np.asarray(outputs[k]) for k in source.output_names}
             reference_layers = {k: np.asarray(v) for k, v in layers.items()}
+            nan = _first_nan(reference_out)
+            if nan:  # the others are still run and compared: their rows say who else has it
+                res.status, res.reason = "error", nan
+                problem = f"the reference {name} failed: {nan}, so nothing can be judged against it"
             continue
         own = _own_tolerance(getattr(rt, "tolerance", None))
         res.outputs = _compare_outputs(outputs, reference_out, atol, rtol, res, own)
@@ -290,6 +294,21 @@ def _own_tolerance(value) -> Dict[str, Tuple[float, float]]:
         return {str(k): (float(a), float(r)) for k, (a, r) in value.items()}
     atol, rtol = value
     return {d: (float(atol), float(rtol)) for d in cmp.DEFAULTS}
+
+
+def _first_nan(outputs: Mapping[str, np.ndarray]) -> str:
+    """Where the first NaN of the reference's outputs is ("" when there is none).
+    Random inputs of a healthy model give no NaN; an Inf may be legitimate (an
+    overflowing exp) and is judged element by element like any value."""
+    for name, value in outputs.items():
+        if value.dtype.kind not in "fc" or value.size == 0:
+            continue
+        mask = np.isnan(value)
+        if mask.any():
+            at = np.unravel_index(int(np.argmax(mask)), mask.shape)
+            return (f"it produced NaN in output {name!r} at [{','.join(str(int(i)) for i in at)}] "
+                    f"({int(mask.sum())} of {mask.size} elements)")
+    return ""
 
 
 def _describe(e: BaseException) -> str:
