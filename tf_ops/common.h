@@ -32,7 +32,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "cpu/fast_math.h"
+#include "kernels/fast_math.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/shape_inference.h"
 #include "tensorflow/core/framework/tensor_shape.h"
@@ -143,7 +143,7 @@ void ParallelRows(tensorflow::OpKernelContext* ctx, int64_t rows, int64_t cost_p
 
 // -- vectorisable math -------------------------------------------------------
 
-// ExpF / SigmoidF: cpu/fast_math.h (shared with the onnxruntime kernels).
+// ExpF / SigmoidF: bridge/kernels/fast_math.h (shared with the onnxruntime kernels).
 
 }  // namespace bridge
 

@@ -1,11 +1,9 @@
 // FusedLayerNorm: layer normalization over the last axis in one pass over memory
 // (contract: shared/ops.md; Python spec: bridge/ops/fused_layer_norm.py).
 //
-// Each row is read from memory once and then worked on in cache: a first sweep
-// gives an approximate mean m0, a second the sums of (x - m0) and (x - m0)^2 (the
-// shift keeps a large mean from cancelling the variance away; the first sum
-// corrects m0), a third writes y. float16 rows are widened to a float buffer and
-// everything accumulates in float32.
+// Each row is read from memory once and then worked on in cache by the row math
+// of bridge/kernels/fused_layer_norm.h (shared with the onnxruntime kernel).
+// float16 rows are widened to a float buffer and everything accumulates in float32.
 //
 // FusedLayerNormGrad (the gradient's first order, registered in
 // fused_layer_norm_op.py): dx per row, and dgamma/dbeta summed over fixed blocks of
@@ -17,6 +15,7 @@
 #include <vector>
 
 #include "common.h"
+#include "kernels/fused_layer_norm.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/shape_inference.h"
@@ -32,9 +31,6 @@ using tensorflow::shape_inference::InferenceContext;
 using tensorflow::shape_inference::ShapeHandle;
 
 constexpr char kOp[] = "FusedLayerNorm";
-// Independent partial sums per sweep: enough vector accumulators that the adds
-// are not waiting on each other (one chain is latency-bound at ~1/4 the peak).
-constexpr int kLanes = 32;
 constexpr int64_t kStreamBytes = int64_t{16} << 20;
 constexpr int64_t kAhead = 2;  // rows prefetched ahead
 
@@ -69,91 +65,8 @@ absl::Status ShapeFn(InferenceContext* c) {
   return absl::OkStatus();
 }
 
-struct Moments {
-  float m0;     // the first sweep's approximate mean
-  float delta;  // mean - m0
-  float rstd;   // 1 / sqrt(var + epsilon)
-};
-
-// The first two sweeps over one cached row of float.
-inline Moments RowMoments(const float* x, int64_t n, float epsilon) {
-  float acc[kLanes] = {0};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-#pragma omp simd
-    for (int k = 0; k < kLanes; ++k) acc[k] += x[i + k];
-  }
-  float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-  for (int64_t j = i; j < n; ++j) sum += x[j];
-#pragma omp simd reduction(+ : sum)
-  for (int k = 0; k < kLanes; ++k) sum += acc[k];
-  const float m0 = sum / static_cast<float>(n);
-
-  float s1[kLanes] = {0}, s2[kLanes] = {0};
-  for (i = 0; i + kLanes <= n; i += kLanes) {
-#pragma omp simd
-    for (int k = 0; k < kLanes; ++k) {
-      float d = x[i + k] - m0;
-      s1[k] += d;
-      s2[k] += d * d;
-    }
-  }
-  float t1 = 0.0f, t2 = 0.0f;
-#pragma omp simd reduction(+ : t1, t2)
-  for (int64_t j = i; j < n; ++j) {
-    float d = x[j] - m0;
-    t1 += d;
-    t2 += d * d;
-  }
-#pragma omp simd reduction(+ : t1, t2)
-  for (int k = 0; k < kLanes; ++k) {
-    t1 += s1[k];
-    t2 += s2[k];
-  }
-  const float inv_n = 1.0f / static_cast<float>(n);
-  const float delta = t1 * inv_n;
-  const float var = std::max(t2 * inv_n - delta * delta, 0.0f);
-  return Moments{m0, delta, 1.0f / std::sqrt(var + epsilon)};
-}
-
-// The three sweeps over one cached row of float. `y` may be `x` (the widened
-// buffer of a half row): each element is read before it is overwritten.
-inline void NormalizeRow(const float* x, int64_t n, const float* gamma, const float* beta, float epsilon,
-                         float* y) {
-  const Moments m = RowMoments(x, n, epsilon);
-#pragma omp simd
-  for (int64_t j = 0; j < n; ++j) {
-    y[j] = ((x[j] - m.m0) - m.delta) * m.rstd * gamma[j] + beta[j];
-  }
-}
-
-// One row of the gradient: dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with
-// g = dy * gamma, written to `dx` (which may be `dy`'s buffer: each element is
-// read before it is written); dy * xhat and dy added into the block's dgamma /
-// dbeta partial sums.
-inline void GradRow(const float* dy, const float* x, int64_t n, const float* gamma, float epsilon, float* dx,
-                    float* dgamma, float* dbeta) {
-  const Moments m = RowMoments(x, n, epsilon);
-  const float mean = m.m0 + m.delta;
-  float s1 = 0.0f, s2 = 0.0f;
-#pragma omp simd reduction(+ : s1, s2)
-  for (int64_t j = 0; j < n; ++j) {
-    const float xhat = (x[j] - mean) * m.rstd;
-    const float g = dy[j] * gamma[j];
-    s1 += g;
-    s2 += g * xhat;
-    dgamma[j] += dy[j] * xhat;
-    dbeta[j] += dy[j];
-  }
-  const float inv_n = 1.0f / static_cast<float>(n);
-  const float mg = s1 * inv_n, mgx = s2 * inv_n;
-#pragma omp simd
-  for (int64_t j = 0; j < n; ++j) {
-    const float xhat = (x[j] - mean) * m.rstd;
-    dx[j] = m.rstd * (dy[j] * gamma[j] - mg - xhat * mgx);
-  }
-}
+using layer_norm::GradRow;
+using layer_norm::NormalizeRow;
 
 template <typename T>
 class FusedLayerNormOp : public OpKernel {

@@ -56,7 +56,7 @@
 #include "unsupported/Eigen/CXX11/Tensor"
 
 #if BRIDGE_HAVE_DNNL
-#include "cpu/conv_core.h"
+#include "kernels/conv_core.h"
 #include "oneapi/dnnl/dnnl.hpp"
 #endif
 
@@ -378,7 +378,7 @@ void ConvEigen(OpKernelContext* ctx, const Geometry& g, const T* x, const float*
 // -- the oneDNN road ---------------------------------------------------------------
 
 #if BRIDGE_HAVE_DNNL
-// The engine, Winograd and the fast-implementation test: cpu/conv_core.h, shared
+// The engine, Winograd and the fast-implementation test: bridge/kernels/conv_core.h, shared
 // with the onnxruntime kernel.
 using conv_core::DnnlEngine;
 using conv_core::FastImpl;

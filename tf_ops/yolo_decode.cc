@@ -2,7 +2,8 @@
 // shared/ops.md; Python spec: bridge/ops/yolo_decode.py).
 //
 // One pass, elementwise: each grid cell's A*(5+C) channels are read once and
-// written once to the three outputs, every logistic and exp in a vector loop.
+// written once to the three outputs, every logistic and exp in a vector loop
+// (bridge/kernels/yolo_decode.h, shared with the onnxruntime kernel).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "common.h"
+#include "kernels/yolo_decode.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/shape_inference.h"
@@ -117,7 +119,7 @@ class YoloDecodeOp : public OpKernel {
     OP_REQUIRES(ctx, raw.dim_size(3) == a_.channels(),
                 ArgError(kOp, "raw", absl::StrCat(ChannelRule(a_), ", got ", Dims(raw.shape()))));
     const int64_t n = raw.dim_size(0), gh = raw.dim_size(1), gw = raw.dim_size(2);
-    const int64_t na = a_.num_anchors(), nc = a_.num_classes, per = a_.per_anchor(), ch = a_.channels();
+    const int64_t na = a_.num_anchors(), nc = a_.num_classes, ch = a_.channels();
     const int64_t rows = gh * gw * na;
     Tensor *boxes = nullptr, *obj = nullptr, *cls = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n, rows, 4}), &boxes));
@@ -129,64 +131,26 @@ class YoloDecodeOp : public OpKernel {
     T* bp = boxes->flat<T>().data();
     T* op = obj->flat<T>().data();
     T* cp = cls->flat<T>().data();
-    const float* anchors = a_.anchors.data();
-    const float stride = static_cast<float>(a_.stride), sxy = a_.scale_x_y, off = (a_.scale_x_y - 1.0f) * 0.5f;
+    const yolo_decode::Params p{a_.anchors.data(), na, nc, a_.stride, a_.scale_x_y};
 
     ParallelRows(ctx, n * gh * gw, 3 * ch, [=](int64_t begin, int64_t end) {
-      // Cells go in blocks; each block's five box channels per anchor are first
-      // gathered into columns so that their logistic and exp run as vector loops,
-      // as the class channels do in place.
-      constexpr int64_t kBlock = 16;
-      const int64_t cap = kBlock * na;
-      std::vector<float> buf((std::is_same<T, float>::value ? 0 : kBlock * ch + nc) + 5 * cap);
-      float* tx = buf.data();
-      float* ty = tx + cap;
-      float* tw = ty + cap;
-      float* th = tw + cap;
-      float* to = th + cap;
-      float* v = to + cap;  // half only: the block's channels, then one anchor's class probabilities
-      float* probs = v + kBlock * ch;
-      for (int64_t c0 = begin; c0 < end; c0 += kBlock) {
-        const int64_t m = std::min(kBlock, end - c0) * na;  // (cell, anchor) pairs in this block
-        const float* x;
-        if constexpr (std::is_same<T, float>::value) {
-          x = in + c0 * ch;
-        } else {
-          ToFloats(in + c0 * ch, v, m * per);
-          x = v;
-        }
-        for (int64_t i = 0; i < m; ++i) {  // pair i's channels start at i * per
-          const float* xa = x + i * per;
-          tx[i] = xa[0], ty[i] = xa[1], tw[i] = xa[2], th[i] = xa[3], to[i] = xa[4];
-        }
-#pragma omp simd
-        for (int64_t i = 0; i < m; ++i) {
-          tx[i] = SigmoidF(tx[i]);
-          ty[i] = SigmoidF(ty[i]);
-          tw[i] = ExpF(tw[i]);
-          th[i] = ExpF(th[i]);
-          to[i] = SigmoidF(to[i]);
-        }
-        for (int64_t i = 0; i < m; ++i) {
-          const int64_t row = c0 * na + i, cell = c0 + i / na, a = i % na;
-          const float gx = static_cast<float>(cell % gw), gy = static_cast<float>((cell / gw) % gh);
-          float box[4] = {(sxy * tx[i] - off + gx) * stride, (sxy * ty[i] - off + gy) * stride,
-                          tw[i] * anchors[2 * a], th[i] * anchors[2 * a + 1]};
-          const float* logits = x + i * per + 5;
-          if constexpr (std::is_same<T, float>::value) {
-            float* b = bp + row * 4;
-            b[0] = box[0], b[1] = box[1], b[2] = box[2], b[3] = box[3];
-            op[row] = to[i];
-            float* out = cp + row * nc;
-#pragma omp simd
-            for (int64_t k = 0; k < nc; ++k) out[k] = SigmoidF(logits[k]);
-          } else {
-            FromFloats(box, bp + row * 4, 4);
-            op[row] = static_cast<T>(to[i]);
-#pragma omp simd
-            for (int64_t k = 0; k < nc; ++k) probs[k] = SigmoidF(logits[k]);
-            FromFloats(probs, cp + row * nc, nc);
-          }
+      std::vector<float> scratch(yolo_decode::ScratchSize(p));
+      if constexpr (std::is_same<T, float>::value) {
+        yolo_decode::DecodeCells(p, in, gh, gw, begin, end, 0, bp, op, cp, scratch.data());
+      } else {  // a block of cells widened, decoded as float32, narrowed
+        constexpr int64_t kBlock = yolo_decode::kBlock;
+        std::vector<float> buf(kBlock * ch + kBlock * na * (5 + nc));
+        float* v = buf.data();
+        float* fb = v + kBlock * ch;
+        float* fo = fb + kBlock * na * 4;
+        float* fc = fo + kBlock * na;
+        for (int64_t c0 = begin; c0 < end; c0 += kBlock) {
+          const int64_t c1 = std::min(end, c0 + kBlock), m = (c1 - c0) * na;
+          ToFloats(in + c0 * ch, v, (c1 - c0) * ch);
+          yolo_decode::DecodeCells(p, v, gh, gw, c0, c1, c0, fb, fo, fc, scratch.data());
+          FromFloats(fb, bp + c0 * na * 4, m * 4);
+          FromFloats(fo, op + c0 * na, m);
+          FromFloats(fc, cp + c0 * na * nc, m * nc);
         }
       }
     });

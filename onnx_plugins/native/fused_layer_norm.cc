@@ -1,30 +1,19 @@
 // FusedLayerNorm: layer normalization over the last axis, one row at a time
-// while the row is in cache. float16 rows are widened to float32 (ops.md: float16
-// accumulates in float32).
-#include <cmath>
+// while the row is in cache, by the row math the TensorFlow kernel uses
+// (bridge/kernels/fused_layer_norm.h). float16 rows are widened to float32
+// (ops.md: float16 accumulates in float32).
+#include <algorithm>
+#include <vector>
 
 #include "bridge_ort.h"
+#include "kernels/fused_layer_norm.h"
 
 namespace bridge {
 namespace {
 
-const char* kOp = "FusedLayerNorm";
+using layer_norm::NormalizeRow;
 
-void norm_row(const float* x, const float* g, const float* b, float* y, int64_t h, float eps) {
-  float sum = 0.f;
-#pragma omp simd reduction(+ : sum)
-  for (int64_t i = 0; i < h; ++i) sum += x[i];
-  const float mean = sum / static_cast<float>(h);
-  float sq = 0.f;
-#pragma omp simd reduction(+ : sq)
-  for (int64_t i = 0; i < h; ++i) {
-    const float d = x[i] - mean;
-    sq += d * d;
-  }
-  const float r = 1.f / std::sqrt(sq / static_cast<float>(h) + eps);
-#pragma omp simd
-  for (int64_t i = 0; i < h; ++i) y[i] = (x[i] - mean) * r * g[i] + b[i];
-}
+const char* kOp = "FusedLayerNorm";
 
 struct FusedLayerNorm : Kernel {
   float eps;
@@ -57,7 +46,7 @@ void FusedLayerNorm::compute(Ctx& ctx) {
     float* yp = static_cast<float*>(out);
     ctx.parallel_for(tasks, [&](size_t t) {
       const int64_t r1 = std::min<int64_t>(rows, (t + 1) * per_task);
-      for (int64_t r = t * per_task; r < r1; ++r) norm_row(xp + r * h, gp, bp, yp + r * h, h, e);
+      for (int64_t r = t * per_task; r < r1; ++r) NormalizeRow(xp + r * h, h, gp, bp, e, yp + r * h);
     });
     return;
   }
@@ -67,12 +56,12 @@ void FusedLayerNorm::compute(Ctx& ctx) {
   const uint16_t* xp = x.as<uint16_t>();
   uint16_t* yp = static_cast<uint16_t*>(out);
   ctx.parallel_for(tasks, [&](size_t t) {
-    std::vector<float> row(2 * h);
+    std::vector<float> row(h);
     const int64_t r1 = std::min<int64_t>(rows, (t + 1) * per_task);
     for (int64_t r = t * per_task; r < r1; ++r) {
       half_to_float(xp + r * h, row.data(), h);
-      norm_row(row.data(), gb.data(), gb.data() + h, row.data() + h, h, e);
-      float_to_half(row.data() + h, yp + r * h, h);
+      NormalizeRow(row.data(), h, gb.data(), gb.data() + h, e, row.data());
+      float_to_half(row.data(), yp + r * h, h);
     }
   });
 }

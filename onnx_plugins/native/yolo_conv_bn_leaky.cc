@@ -34,7 +34,7 @@
 #include "bridge_ort.h"
 
 #if BRIDGE_HAVE_DNNL
-#include "cpu/conv_core.h"
+#include "kernels/conv_core.h"
 #include "oneapi/dnnl/dnnl.hpp"
 #endif
 
@@ -240,7 +240,7 @@ void conv_gemm(Ctx& ctx, const float* x, const Geometry& g, const Packed& p, flo
 #if BRIDGE_HAVE_DNNL
 // -- oneDNN -------------------------------------------------------------------------
 // The engine, Winograd F(2x2,3x3) and the fast-implementation test:
-// tf_ops/cpu/conv_core.h, shared with the TensorFlow kernel.
+// bridge/kernels/conv_core.h, shared with the TensorFlow kernel.
 using conv_core::DnnlEngine;
 
 conv_core::ConvShape shape(const Geometry& g) {

@@ -1,7 +1,7 @@
-// Vectorisable float math shared by the TensorFlow kernels (via common.h) and the
-// onnxruntime kernels (onnx_plugins/native): framework-free, header-only.
-#ifndef BRIDGE_CPU_FAST_MATH_H_
-#define BRIDGE_CPU_FAST_MATH_H_
+// Vectorisable float math shared by the TensorFlow kernels (via tf_ops/common.h), the
+// onnxruntime kernels (onnx_plugins/native) and the other cores here: framework-free, header-only.
+#ifndef BRIDGE_KERNELS_FAST_MATH_H_
+#define BRIDGE_KERNELS_FAST_MATH_H_
 
 #include <cstdint>
 #include <cstring>
@@ -53,4 +53,4 @@ inline float SigmoidF(float x) {
 
 }  // namespace bridge
 
-#endif  // BRIDGE_CPU_FAST_MATH_H_
+#endif  // BRIDGE_KERNELS_FAST_MATH_H_

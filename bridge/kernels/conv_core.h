@@ -17,8 +17,8 @@
 // the GEMM's inputs. The GEMMs are one batched oneDNN matmul
 // [16, tiles, Cin] x [16, Cin, Cout] over chunks of tiles small enough for V
 // and M to stay in cache.
-#ifndef BRIDGE_TF_OPS_CPU_CONV_CORE_H_
-#define BRIDGE_TF_OPS_CPU_CONV_CORE_H_
+#ifndef BRIDGE_KERNELS_CONV_CORE_H_
+#define BRIDGE_KERNELS_CONV_CORE_H_
 
 #if BRIDGE_HAVE_DNNL
 #include <algorithm>
@@ -240,4 +240,4 @@ void WinoRun(const WinoPlan& w, const dnnl::memory& weights, const float* x, con
 }  // namespace bridge
 
 #endif  // BRIDGE_HAVE_DNNL
-#endif  // BRIDGE_TF_OPS_CPU_CONV_CORE_H_
+#endif  // BRIDGE_KERNELS_CONV_CORE_H_
