@@ -212,7 +212,7 @@ class ModelSource:
             keras_model = model if model is not None else self.model
 
             def call(*args):
-                out = keras_model(list(args) if len(args) > 1 else args[0], training=False)
+                out = keras_model(keras_call_args(keras_model, args), training=False)
                 if isinstance(out, Mapping):
                     return {n: out[n] for n in names}
                 out = list(out) if isinstance(out, (list, tuple)) else [out]
@@ -316,32 +316,88 @@ def _must_exist(arg, path):
 
 
 def _keras_infos(model) -> Tuple[List[TensorInfo], List[str]]:
+def keras_input_names(model) -> List[str]:
+    """The names of `model.inputs` (Keras' flattened order), from the model's
+    input structure: a dict input is named by its key (keras_hub backbones take
+    {'token_ids', 'padding_mask', ...}), anything else by its tensor's name."""
+    struct = getattr(model, "_inputs_struct", None)
+    names = {}
+    if struct is not None:
+        def walk(s, key=None):
+            if isinstance(s, Mapping):
+                for k, v in s.items():
+                    walk(v, str(k))
+            elif isinstance(s, (list, tuple)):
+                for v in s:
+                    walk(v, None)
+            elif key is not None:
+                names[id(s)] = key
+        walk(struct)
+    out = [names.get(id(t), t.name) for t in model.inputs]
+    if len(set(out)) != len(out):  # keys repeated at different depths: the tensor names are unique
+        out = [t.name for t in model.inputs]
+    return out
+
+
+def keras_call_args(model, flat: Sequence):
+    """The arrays of `model.inputs` (flattened order) in the structure the
+    model was built with (a dict, nested lists, one tensor), so Keras 3 does not
+    refuse or reorder them."""
+    flat = list(flat)
+    struct = getattr(model, "_inputs_struct", None)
+    if struct is not None:
+        from keras import tree
+        return tree.pack_sequence_as(struct, flat)
+    return flat if len(flat) > 1 else flat[0]
+
+
     vocab = _embedding_sizes(model)
-    inputs = [TensorInfo(t.name, tuple(None if d is None else int(d) for d in t.shape), np.dtype(t.dtype).name,
+    inputs = [TensorInfo(name, tuple(None if d is None else int(d) for d in t.shape), np.dtype(t.dtype).name,
                          vocab.get(id(t)))
-              for t in model.inputs]
+              for name, t in zip(keras_input_names(model), model.inputs)]
     outputs = _dict_output_keys(model) or list(getattr(model, "output_names", None) or
                                                 [getattr(t, "name", f"output_{i}") for i, t in enumerate(model.outputs)])
     return inputs, outputs
 
 
 def _embedding_sizes(model) -> Dict[int, int]:
-    """id(input tensor) -> vocabulary size of the Embedding it feeds directly."""
+    """id(input tensor) -> vocabulary size of the Embedding it feeds directly:
+    an Embedding layer (or a subclass, e.g. keras_hub's ReversibleEmbedding), or
+    the smallest Embedding inside a layer that holds some (keras_hub's
+    TokenAndPositionEmbedding)."""
     sizes: Dict[int, int] = {}
     ids = {id(t) for t in model.inputs}
     for layer in model.layers:
-        if type(layer).__name__ != "Embedding":
+        size = _vocabulary(layer)
+        if size is None:
             continue
         try:
             src = layer.input
         except Exception:
             continue
         if id(src) in ids:
-            sizes[id(src)] = min(sizes.get(id(src), layer.input_dim), layer.input_dim)
+            sizes[id(src)] = min(sizes.get(id(src), size), size)
     return sizes
 
 
 def _dict_output_keys(model) -> Optional[List[str]]:
+def _vocabulary(layer) -> Optional[int]:
+    dims = [getattr(sub, "input_dim", None) for sub in [layer] + list(_sublayers(layer))
+            if "Embedding" in [c.__name__ for c in type(sub).__mro__]]
+    dims = [int(d) for d in dims if isinstance(d, int) and d > 0]
+    return min(dims) if dims else None
+
+
+def _sublayers(layer):
+    flatten = getattr(layer, "_flatten_layers", None)
+    if flatten is None:
+        return []
+    try:
+        return [s for s in flatten(include_self=False, recursive=True)]
+    except TypeError:
+        return []
+
+
     """For a model that returns a dict: its keys, in Keras' flattening order
     (sorted: the order of model.outputs). `model.output_names` names the output
     layers instead, which need not be the keys the model returns."""
@@ -448,6 +504,10 @@ def _onnx_model(model, name) -> ModelSource:
     vocab = {}
     for node in model.graph.node:  # an integer input used as Gather indices into a table
         if node.op_type == "Gather" and len(node.input) == 2 and node.input[0] in init:
+    problems = external_data_problems(model, os.path.dirname(os.path.abspath(path)))
+    if problems:
+        raise ModelSourceError(f"refusing the ONNX file {path}: {first(problems)}; external data must be regular "
+                               f"files inside the model's folder (onnx's own rule)")
             axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
             vocab[node.input[1]] = int(init[node.input[0]].dims[axis])
     inputs = []

@@ -204,10 +204,13 @@ def convert_raw(fn, input_signature, *, opset: int, output_names: Optional[Seque
     import tf2onnx
     from bridge import onnx_plugins  # noqa: F401  registers the com.bridge schemas (output shapes)
     from .tf2onnx_common import custom_opset, fresh_node_protos, register_all
+    from .tf_graph import captured_constants, constants_to_initializers, xla_calls_inlined
     register_all()
+    concrete = fn.get_concrete_function(*input_signature)
+    constants = captured_constants(concrete)
     for catch in (False, True):
         with _tf2onnx_logging(verbose) as capture, _numpy2_compat(large), _optimizer_errors(catch), \
-                fresh_node_protos():
+                fresh_node_protos(), xla_calls_inlined(concrete):
             try:
                 model, storage = tf2onnx.convert.from_function(
                     fn, input_signature=list(input_signature), opset=opset, extra_opset=custom_opset(),
@@ -223,6 +226,7 @@ def convert_raw(fn, input_signature, *, opset: int, output_names: Optional[Seque
     failure = _handler_failures(capture)
     if failure is not None:
         raise failure
+    constants_to_initializers(model, constants, [s.name for s in input_signature])
     bad = unsupported_nodes(model, opset)
     if bad:
         raise ExportError(_unsupported_message(bad))

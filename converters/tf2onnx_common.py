@@ -78,7 +78,10 @@ def register_handler(spec):
 
 def register_all() -> Dict[str, str]:
     """Imports the handler module of every op (bridge.converters.<module>),
-    which registers it with tf2onnx. Returns {op: "yes" | why not}."""
+    which registers it with tf2onnx, and bridge's handlers for standard ops
+    tf2onnx lacks (tf2onnx_standard). Returns {op: "yes" | why not}."""
+    from . import tf2onnx_standard
+    tf2onnx_standard.register()
     status = {}
     for spec in specs.all_specs():
         try:
