@@ -273,6 +273,7 @@ def resolve(arg: str, input_shapes=None, batch: Optional[int] = None, seed: int 
     elif os.path.isdir(path):
         if not os.path.exists(os.path.join(path, "saved_model.pb")):
             raise ModelSourceError(f"{arg} is a directory but not a SavedModel (no saved_model.pb in it)")
+        _stays_inside(path)
         src = _savedmodel(path)
     elif path.endswith(".keras"):
         _must_exist(arg, path)
@@ -451,11 +452,20 @@ def _load_keras_support():
 
 
 def _keras_file(path) -> ModelSource:
+    from bridge.untrusted import archive_problems, first
+    problems = archive_problems(path)
+    if problems:
+        raise ModelSourceError(f"refusing the Keras file {path}: {first(problems)}")
     _load_keras_support()
     import keras
     try:
-        model = keras.saving.load_model(path)
+        model = keras.saving.load_model(path)  # safe mode: no Python code (lambdas) from the file runs
     except Exception as e:
+        if "safe_mode" in str(e):
+            raise ModelSourceError(f"refusing the Keras file {path}: it holds Python code (a Lambda layer or a "
+                                   f"lambda in its config), which would run on loading; bridge loads Keras files "
+                                   f"in safe mode. Replace the lambda by a registered layer class "
+                                   f"(keras.saving.register_keras_serializable) and save again") from None
         raise ModelSourceError(f"cannot load the Keras file {path}: {type(e).__name__}: {e}") from None
     inputs, outputs = _keras_infos(model)
     return ModelSource(arg=path, kind="keras", name=_stem(path), model=model, inputs=inputs,
@@ -489,10 +499,15 @@ def _savedmodel_object(obj, name) -> ModelSource:
 
 def _onnx_file(path) -> ModelSource:
     import onnx
+    from bridge.untrusted import external_data_problems, first
     try:
         model = onnx.load(path, load_external_data=False)
     except Exception as e:
         raise ModelSourceError(f"cannot read the ONNX file {path}: {type(e).__name__}: {e}") from None
+    problems = external_data_problems(model, os.path.dirname(os.path.abspath(path)))
+    if problems:
+        raise ModelSourceError(f"refusing the ONNX file {path}: {first(problems)}; external data must be regular "
+                               f"files inside the model's folder (onnx's own rule)")
     src = _onnx_model(model, _stem(path))
     src.arg, src.path = path, path
     return src
@@ -520,6 +535,27 @@ def _onnx_model(model, name) -> ModelSource:
                                  vocab.get(v.name)))
     return ModelSource(arg=name, kind="onnx", name=name, model=model, inputs=inputs,
                        output_names=[o.name for o in model.graph.output])
+
+
+def _stays_inside(folder) -> None:
+    """A SavedModel folder is read only inside itself: no link out of it, no asset
+    file name that leaves it."""
+    from bridge.untrusted import links_out_of, plain_relative, shown
+    links = links_out_of(folder)
+    if links:
+        raise ModelSourceError(f"refusing the SavedModel {folder}: {shown(links[0])} is a symbolic link out of it")
+    try:
+        from tensorflow.core.protobuf import saved_model_pb2
+        sm = saved_model_pb2.SavedModel()
+        with open(os.path.join(folder, "saved_model.pb"), "rb") as f:
+            sm.ParseFromString(f.read())
+    except Exception:  # unreadable: tf.saved_model.load says why
+        return
+    for meta in sm.meta_graphs:
+        for asset in meta.asset_file_def:
+            if not plain_relative(asset.filename):
+                raise ModelSourceError(f"refusing the SavedModel {folder}: its asset file name "
+                                       f"{shown(asset.filename)} leaves the folder")
 
 
 def _stem(path) -> str:

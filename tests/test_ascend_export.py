@@ -79,7 +79,8 @@ def test_files_and_atc_check(exported, capsys):
     model = onnx.load(os.path.join(out, "model.onnx"))
     shape_arg = ";".join(f"{i.name}:" + ",".join(str(d.dim_value) for d in i.type.tensor_type.shape.dim)
                          for i in model.graph.input)
-    assert f'--input_shape="{shape_arg}"' in atc and "--framework=5" in atc and "ASCEND_CUSTOM_OPP_PATH" in atc
+    assert f"input_shape='{shape_arg}'" in atc and '--input_shape="$input_shape"' in atc
+    assert "--framework=5" in atc and "ASCEND_CUSTOM_OPP_PATH" in atc
     readme = open(os.path.join(out, "README.md")).read()
     assert "install.sh" in readme and "atc.sh" in readme and "msame" in readme and "--load-outputs ge=" in readme
     cann = ["--cann", "6"] if parser == "legacy" else []

@@ -6,6 +6,9 @@ expansion uses), and the registrations of both plugin routes:
 - default: `PartitionedCall` + ParseOpToGraphFn onto GE built-in operators (no kernel);
 - `-DBRIDGE_GE_CUSTOM_OP`: the GE custom operator `<Op>` (REG_OP in op_proto/),
   attributes copied, for users who bring an Ascend C kernel.
+
+Everything here comes from bridge's own specs, never from a model: a node's name
+reaches the plugin only at ATC time, as a std::string it prints with "%s".
 """
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from typing import Dict, List, Sequence
 
 from bridge.ascend.decomposition import CPP_TYPE, Decomposition, Expr, Step, Value, cpp_var
 from bridge.ops import OpSpec
+from bridge.untrusted import cpp_string
 
 _KIND = {"float": "float", "int": "int", "list(int)": "ints", "list(float)": "floats"}
 _PROTO_TYPE = {"float": "FLOAT", "int": "INT", "ints": "INTS", "floats": "FLOATS"}
@@ -40,7 +44,7 @@ GE_OPS = {
 
 
 def origin_literal_list(origins: Sequence[str]) -> str:
-    return "std::vector<ge::AscendString>{" + ", ".join(f'ge::AscendString("{o}")' for o in origins) + "}"
+    return "std::vector<ge::AscendString>{" + ", ".join(f"ge::AscendString({cpp_string(o)})" for o in origins) + "}"
 
 
 def _cpp_literal(attr_type: str, value) -> str:

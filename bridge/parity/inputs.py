@@ -16,6 +16,7 @@ import numpy as np
 
 from bridge import atomic
 from bridge.modelsource import ModelSourceError, TensorInfo, check, generate
+from bridge.untrusted import write_npz
 
 __all__ = ["InputError", "InputSpec", "check", "generate", "load", "load_npz", "save", "shapes_of"]
 
@@ -28,9 +29,10 @@ InputSpec = TensorInfo
 
 
 def save(path: str, arrays: Mapping[str, np.ndarray]) -> None:
-    """Writes an .npz atomically (a temp file renamed into place)."""
+    """Writes an .npz atomically (a temp file renamed into place), keyed by the
+    input names verbatim (bridge.untrusted.write_npz)."""
     with atomic.replacing(path) as f:
-        np.savez(f, **{k: np.asarray(v) for k, v in arrays.items()})
+        write_npz(f, arrays)
 
 
 def load(path: str) -> Dict[str, np.ndarray]:

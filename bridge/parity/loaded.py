@@ -16,6 +16,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from bridge.parity.inputs import InputError, load_npz
+from bridge.untrusted import UntrustedNameError, inside
 
 
 def parse_load_outputs(items: List[str]) -> List[Tuple[str, str]]:
@@ -61,6 +62,11 @@ def _index(fname: str) -> int:
 
 def _from_bins(folder: str, reference: Mapping[str, np.ndarray], what: str, names: Sequence[str]) -> Dict[str, np.ndarray]:
     files = sorted((f for f in os.listdir(folder) if f.endswith(".bin")), key=lambda f: (_index(f), f))
+    for f in files:  # read only inside the folder: no link out of it
+        try:
+            inside(folder, f)
+        except UntrustedNameError as e:
+            raise InputError(f"{what}: refusing {e}") from None
     names = list(names)
     if len(files) != len(names):
         raise InputError(f"{what}: {folder} has {len(files)} .bin files ({', '.join(files) or 'none'}), the model has "

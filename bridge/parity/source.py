@@ -234,7 +234,19 @@ def _load_onnx(path: str, what: str):
     import onnx
     if not os.path.isfile(path):
         raise InputError(f"{what} {path}: no such file")
+    from onnx.external_data_helper import load_external_data_for_model
+    from bridge.untrusted import external_data_problems, first
     try:
-        return onnx.load(path)
+        model = onnx.load(path, load_external_data=False)
     except Exception as e:
         raise InputError(f"{what} {path} is not a readable ONNX model ({type(e).__name__}: {e})") from None
+    base = os.path.dirname(os.path.abspath(path))
+    problems = external_data_problems(model, base)
+    if problems:  # checked before any byte is read, as bridge.modelsource does for MODEL
+        raise InputError(f"{what} {path}: refusing {first(problems)}; external data must be regular files inside "
+                         f"the model's folder (onnx's own rule)")
+    try:
+        load_external_data_for_model(model, base)
+    except Exception as e:
+        raise InputError(f"{what} {path}: cannot read its external data ({type(e).__name__}: {e})") from None
+    return model
