@@ -9,6 +9,8 @@ DIR/opp/         the custom OPP package (bridge.ascend.opp): plugins for both
                  CMakeLists.txt, install.sh;
 DIR/inputs/      the verification inputs (.bin for msame, .npz for bridge parity);
 DIR/atc.sh       the ATC command line for this model, environment included;
+DIR/names.json   each input's name in the original model, in model.onnx (renamed
+                 where ATC's --input_shape cannot carry it) and its .bin file;
 DIR/README.md    what to run there, in order, and how to bring the outputs back.
 
 Before writing, the ATC pre-flight must be clean, and (unless --no-verify) both

@@ -350,3 +350,18 @@ def test_bundle_writer_refuses_paths_out(tmp_path, rel):
     with pytest.raises(ExportError, match="refusing to write"):
         _write_tree({"README.md": b"x", rel: b"x"}, str(tmp_path / "out"))
     assert _tree(tmp_path) == ["out"]
+
+
+def test_links_already_in_the_output_folder_are_replaced_not_followed(tmp_path, capsys):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    out = tmp_path / "out"
+    out.mkdir()
+    os.symlink(outside, out / "inputs")
+    os.symlink(outside / "atc.sh", out / "atc.sh")
+    _model(str(tmp_path / "m.onnx"), "x", "y", "n")
+    assert main(["export", str(tmp_path / "m.onnx"), "--to", "ge", "--opset", "13", "-o", str(out)]) == 0
+    capsys.readouterr()
+    assert os.listdir(outside) == []
+    assert not os.path.islink(out / "inputs") and not os.path.islink(out / "atc.sh")
+    assert sorted(os.listdir(out / "inputs")) == ["inputs.npz", "x.bin"]
