@@ -64,9 +64,12 @@ def registered_in_dir(path: str) -> Set[str]:
     """Origin types registered by the plugins under `path`: C++ sources are parsed;
     built libraries (.so) are searched for origin-type strings."""
     found: Set[str] = set()
+    real = os.path.realpath(path)
     for root, _, files in os.walk(path):
         for f in files:
             full = os.path.join(root, f)
+            if not os.path.realpath(full).startswith(real + os.sep):  # a link out of the folder: not read
+                continue
             if f.endswith((".cc", ".cpp", ".cxx", ".h", ".hpp")):
                 with open(full, encoding="utf-8", errors="replace") as fh:
                     found |= registered_in_source(fh.read())
