@@ -122,6 +122,9 @@ class OpSpec:
     # The op in standard ONNX ops, body(b, *inputs, outputs) on an onnx_plugins Body,
     # for ops that come without an onnx_plugins/<module>.py (a team's ops).
     body: Optional[Callable[..., None]] = field(default=None, repr=False)
+    # The op's case tables (cases.py): () -> [Example], () -> [BadInput].
+    _examples: Optional[Callable[[], Sequence[Any]]] = field(default=None, repr=False)
+    _bad_inputs: Optional[Callable[[], Sequence[Any]]] = field(default=None, repr=False)
 
     # -- attributes --------------------------------------------------------
     def attr(self, name: str) -> Attr:
@@ -179,6 +182,15 @@ class OpSpec:
 
     def reference_onnx(self, *inputs, **onnx_attrs):
         return self.reference(*inputs, **self.from_onnx_attrs(**onnx_attrs))
+
+    # -- the case tables (cases.py) ------------------------------------------
+    def examples(self) -> tuple:
+        """Good inputs every backend must match the reference on (fresh arrays each call)."""
+        return tuple(self._examples()) if self._examples else ()
+
+    def bad_inputs(self) -> tuple:
+        """Bad inputs every backend must refuse, with the words of the error."""
+        return tuple(self._bad_inputs()) if self._bad_inputs else ()
 
     def check_dtype(self, dtype) -> str:
         name = np.dtype(dtype).name if not isinstance(dtype, str) else dtype
