@@ -91,7 +91,8 @@ def function(model, input_specs, output_names):
         if hasattr(model, "structured_input_signature"):
             out = model(**{s.name: a for s, a in zip(sig, args)})
         elif _is_keras(model):
-            out = model(list(args) if len(args) > 1 else args[0], training=False)
+            from bridge.modelsource import keras_call_args
+            out = model(keras_call_args(model, args), training=False)
         else:
             out = model(*args)
         if isinstance(out, Mapping):

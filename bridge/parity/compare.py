@@ -138,7 +138,13 @@ def compare(got, ref, tol: Optional[Tolerance] = None) -> Comparison:
         cosine=_cosine(g, r) if n_finite else float("nan"),
         worst_index=tuple(int(i) for i in worst), worst_got=float(got[worst]), worst_ref=float(ref[worst]),
         failing=failing, nonfinite=0 if bad is None else int(bad.unmatched.sum()),
-        nonfinite_side="" if bad is None else bad.side, note="" if bad is None else bad.describe())
+        nonfinite_side="" if bad is None else bad.side,
+        note=bad.describe() if bad is not None else _conditioning(got, ref, tol) if failing else "")
+
+
+def _conditioning(got, ref, tol) -> str:
+    from bridge.parity.conditioning import explain
+    return explain(got, ref, tol.atol)
 
 
 def _cosine(g: np.ndarray, r: np.ndarray) -> float:

@@ -12,9 +12,9 @@ from bridge.parity.source import keras_layer_outputs
 
 
 def _args(model, inputs: Mapping[str, np.ndarray]):
-    arrays = [inputs[t.name] for t in model.inputs]
-    # Keras 3 warns unless the call has the structure the model was built with
-    return arrays if isinstance(getattr(model, "input", None), (list, tuple)) or len(arrays) > 1 else arrays[0]
+    # Keras 3 refuses (dict inputs) or warns unless the call has the structure the model was built with
+    from bridge.modelsource import keras_call_args, keras_input_names
+    return keras_call_args(model, [inputs[n] for n in keras_input_names(model)])
 
 
 def _numpy(x) -> np.ndarray:

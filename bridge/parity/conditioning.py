@@ -1,0 +1,58 @@
+"""Outputs whose comparison does not measure the model: a softmax saturated to
+one-hot whose arg-max is decided by less than the logits' rounding.
+
+With random weights (or a confident real model) a softmax over large logits is
+one-hot: two runtimes whose logits differ by float rounding can pick different
+classes when the two largest logits are almost equal, and the probabilities
+then differ by ~1 although every layer agrees. Such a difference says nothing
+about the export; the logits (the layer before the activation) do.
+`explain` says so, for a comparison that failed, so the row points at the
+logits and the per-layer run instead of reading as a plain mismatch.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+# a row sums to 1 within this: a softmax (or any probability vector)
+SUM_TOLERANCE = 1e-3
+
+
+def explain(got, ref, atol: float) -> str:
+    """'' when `ref` is well-conditioned where `got` differs from it, else one
+    line: which kind of output, how many rows are saturated or decided by less
+    than `atol`, and what to compare instead."""
+    ref = np.asarray(ref, dtype=np.float64)
+    got = np.asarray(got, dtype=np.float64)
+    if ref.shape != got.shape or ref.size < 2 or not np.all(np.isfinite(ref)):
+        return ""
+    if ref.min() < 0 or ref.max() > 1:
+        return ""
+    bad = np.abs(got - ref) > atol * np.maximum(1.0, np.abs(ref))
+    if not bad.any():
+        return ""
+    if ref.ndim >= 1 and ref.shape[-1] > 1 and np.all(np.abs(ref.sum(axis=-1) - 1.0) <= SUM_TOLERANCE):
+        return _softmax(got, ref, bad, atol)
+    # a saturated sigmoid is not one: near 0 and 1 it flattens logit differences, so a difference
+    # above the tolerance there means the logits differ a lot (a real mismatch)
+    return ""
+
+
+def _softmax(got, ref, bad, atol) -> str:
+    """Rows where both sides are one-hot (saturated), on different classes,
+    and differ nowhere else: the two largest logits were within rounding of
+    each other at their magnitude. Any other failing row is a real mismatch."""
+    n = ref.shape[-1]
+    rows_ref, rows_got, rows_bad = ref.reshape(-1, n), got.reshape(-1, n), bad.reshape(-1, n)
+    failing = rows_bad.any(axis=1)
+    saturated = (rows_ref.max(axis=1) >= 1.0 - atol) & (rows_got.max(axis=1) >= 1.0 - atol)
+    top_ref, top_got = np.argmax(rows_ref, axis=1), np.argmax(rows_got, axis=1)
+    competing = np.zeros(rows_bad.shape, bool)
+    idx = np.arange(len(rows_ref))
+    competing[idx, top_ref] = competing[idx, top_got] = True
+    ill = failing & saturated & (top_ref != top_got) & ~(rows_bad & ~competing).any(axis=1)
+    if not ill.any() or ill.sum() < failing.sum():
+        return ""
+    return (f"ill-conditioned: a softmax-like output (rows sum to 1) saturated to one-hot, whose arg-max "
+            f"differs in {int(ill.sum())} of {len(rows_ref)} rows: the two largest logits are within rounding "
+            f"of each other at their magnitude. Compare the logits instead (bridge parity --per-layer shows the "
+            f"layer before the softmax)")
