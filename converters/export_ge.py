@@ -166,7 +166,7 @@ a name, and file names keep to `A-Z a-z 0-9 _ . -`: these inputs are named diffe
 """
     return f"""# {md_code(model_name)} for Ascend (ATC)
 
-Written by `bridge export {model_word} --to ge` (parser `{parser}`, ONNX opset {opset}).
+Written by {md_code(f"bridge export {model_word} --to ge")} (parser `{parser}`, ONNX opset {opset}).
 `model.onnx` has static shapes and the fused ops as plain custom nodes; `opp/` is the
 custom OPP package whose ONNX parser plugins ATC needs for them.
 
@@ -329,6 +329,10 @@ def export(source, output: str, *, mode=None, opset: Optional[int] = None, fuse:
     custom = sum(1 for n in ge.graph.node if n.op_type in _custom_types())
     summary.append(f"wrote {output}/ (parser {parser}, opset {opset}, {len(ge.graph.node)} nodes, {custom} custom; "
                    f"ATC pre-flight clean; then: opp/install.sh, atc.sh)")
+    renamed = [i for i in bundle_inputs(ge, list(shapes)) if i.atc_name != i.name]
+    if renamed:
+        summary.append(f"{len(renamed)} input name(s) ATC's --input_shape cannot carry renamed in model.onnx, e.g. "
+                       f"{shown(renamed[0].name)} -> {shown(renamed[0].atc_name)} (names.json has them all)")
     return ExportResult(output=output, format="ge", files=files, summary=summary, checks=checks,
                         seconds=dict(progress.seconds), details=details, not_verified=not_verified)
 

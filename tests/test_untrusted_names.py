@@ -35,7 +35,7 @@ def _fixed(canary):
         f"x$(touch {canary}/a)`touch {canary}/b`",       # the issue's finding 1
         f"x$(touch${{IFS}}{canary}/c)",                  # the same without a space: passed verbatim
         f"x`touch${{IFS}}{canary}/d`", "x;touch${IFS}e", "x|id", "x&&id", "x>f", "x<f", "$HOME", "${IFS}", "~",
-        "*", "?", "!!", "#x", "x\\", "'", '"', "'\\''", "-rf", "--input_shape=x",
+        "*", "?", "!!", "#x", "x\\", "'", '"', "'\\''", "-rf", "--input_shape=x", "a`b", "``", "a|b",
         "../../escaped_input", "../" * 12 + "etc/evil", f"{canary}/abs", "/", ".", "..", "input:0", "a,b",
         "a\0b", "a\nb", "a\r\n\nb", "x" * 5000, "名前ü", "\u202eevil", "a\u2028b", "file", "allow_pickle", "",
     ]
@@ -105,6 +105,7 @@ def _check_bundle(out, case, bench, name, model_path):
         assert npz.files == [name]
     readme = open(os.path.join(out, "README.md"), encoding="utf-8").read()
     assert not re.search(r"[\x00-\x09\x0b-\x1f\x7f\u2028\u2029\u202e]", readme)
+    assert f"Written by {untrusted.md_code(f'bridge export {untrusted.shell_word(model_path)} --to ge')} (" in readme
 
     logs = case / "logs"
     logs.mkdir()
