@@ -37,9 +37,9 @@ def test_unsaturated_flip_is_a_mismatch():
     assert explain(got, ref, 1e-4) == ""
 
 
-def test_a_difference_outside_the_competing_classes_is_a_mismatch():
+def test_flip_to_an_unsaturated_row_is_a_mismatch():
     ref = np.array([[0.0, 1.0, 0.0]], np.float32)
-    got = np.array([[0.999, 0.0, 0.001]], np.float32)   # flipped, and a third class moved too
+    got = np.array([[0.999, 0.0, 0.001]], np.float32)   # not one-hot: its logits are not within rounding
     assert explain(got, ref, 1e-4) == ""
     got[0] = [1.0, 0.0, 0.0]
     assert explain(got, ref, 1e-4).startswith("ill-conditioned")
