@@ -123,6 +123,7 @@ class Build:
     describe: str = ""             # what the one-line message says is being built
     probe_source: str = ""         # a C++ file including the build's headers, compiled to pick the CPU flags
     probe_flags: List[str] = field(default_factory=list)  # compile flags the probe needs (include paths)
+    target: str = ""               # what `bridge build` calls it, when not `name` (a team's folder)
 
     def cpu(self) -> cpu_flags.CpuFlags:
         """The CPU flags of this build (probed once per configuration, then cached)."""
@@ -231,9 +232,10 @@ class Build:
             built = next((p for p in (work / "build").rglob(self.target_file)), None)
             if rc or built is None:
                 tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:])
-                fix = f"bridge build {self.name} --force"
+                target = self.target or self.name
+                fix = f"bridge build {target} --force"
                 if cpu.flags:
-                    fix += f" (or without CPU flags: bridge build {self.name} --portable --force)"
+                    fix += f" (or without CPU flags: bridge build {target} --portable --force)"
                 raise BuildError(
                     f"building {what} failed (exit {rc}); the last lines of {final}.log:\n{tail}\n"
                     f"Fix the cause above, then run: {fix}")
@@ -327,6 +329,35 @@ def tf_ops_build(cuda: bool = False, portable: Optional[bool] = None) -> Build:
     return b
 
 
+def op_library_build(folder, portable: Optional[bool] = None) -> Build:
+    """A team's TensorFlow op library from its CMake folder (`--op-library DIR`,
+    `bridge build DIR`), built like bridge's own: against the installed
+    TensorFlow's flags, cached per TensorFlow version, compiler and CPU. The
+    library is the folder's first `add_library(NAME SHARED ...)`."""
+    import re
+    import tensorflow as tf
+    folder = Path(folder).expanduser().resolve()
+    cmake_file = folder / "CMakeLists.txt"
+    if not cmake_file.is_file():
+        raise BuildError(f"{folder} has no CMakeLists.txt (give the op library's .so, or its CMake folder)")
+    m = re.search(r"add_library\(\s*([A-Za-z0-9_\-]+)\s+SHARED", cmake_file.read_text(errors="replace"))
+    if not m:
+        raise BuildError(f"{cmake_file} has no add_library(NAME SHARED ...): bridge builds the shared library "
+                         f"it names")
+    options = {
+        "TF_COMPILE_FLAGS": ";".join(tf.sysconfig.get_compile_flags()),
+        "TF_LINK_FLAGS": ";".join(tf.sysconfig.get_link_flags()),
+        "TF_LIB_DIR": tf.sysconfig.get_lib(),
+    }
+    b = Build(name=f"oplib-{m.group(1)}", source_dir=folder, binds_to=f"tf{tf.__version__}",
+              target_file=f"lib{m.group(1)}.so", options=options, target=str(folder),
+              describe=f"the op library {m.group(1)} ({folder}) for TensorFlow {tf.__version__}",
+              probe_source=TF_PROBE, probe_flags=list(tf.sysconfig.get_compile_flags()))
+    if portable is not None:
+        b.portable = portable
+    return b
+
+
 def onednn_root() -> Optional[Path]:
     """A oneDNN install the convolution kernels can use, or None (Eigen then).
     `BRIDGE_DNNL_ROOT` names one; `BRIDGE_DNNL_ROOT=` (empty) turns it off."""
@@ -375,6 +406,88 @@ def ort_build(portable: Optional[bool] = None, fetch: bool = True) -> Optional[B
         b.portable = portable
     return b
 
+
+# ai-edge-litert versions the LiteRT kernels were checked against; another one
+# is built and self-tested (bridge/litert/runtime.py) but named in a warning.
+LITERT_KNOWN = ("2.3.0",)
+
+
+def litert_library() -> Path:
+    """The libLiteRt.so to build against: `BRIDGE_LITERT_LIB`, else the ai-edge-litert wheel's."""
+    env = os.environ.get("BRIDGE_LITERT_LIB")
+    if env:
+        return Path(env)
+    import importlib.util
+    spec = importlib.util.find_spec("ai_edge_litert")  # finds, does not import
+    if spec is None or not spec.submodule_search_locations:
+        raise BuildError("ai-edge-litert is not installed (the LiteRT kernels link its libLiteRt.so). "
+                         "Fix: pip install ai-edge-litert")
+    return Path(list(spec.submodule_search_locations)[0]) / "libLiteRt.so"
+
+
+def litert_version() -> str:
+    from importlib import metadata
+    try:
+        return metadata.version("ai-edge-litert")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def litert_declared(header: Path) -> List[str]:
+    """The LiteRT functions bridge's own header declares (one per line)."""
+    import re
+    return re.findall(r"^(?:LiteRtStatus|void) (LiteRt\w+)\(", header.read_text(), re.M)
+
+
+def litert_missing_symbols(library: Path, names: Iterable[str]) -> List[str]:
+    """The names `library` does not export (nm -D --defined-only)."""
+    try:
+        out = subprocess.run(["nm", "-D", "--defined-only", str(library)], capture_output=True, text=True,
+                             timeout=60)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise BuildError(f"could not list the symbols of {library} with nm: {e}. Fix: apt-get install binutils") from e
+    if out.returncode:
+        raise BuildError(f"nm could not read {library}: {out.stderr.strip()[:300]}")
+    exported = {line.split()[-1].split("@")[0] for line in out.stdout.splitlines() if line.strip()}
+    return [n for n in names if n not in exported]
+
+
+def litert_build(portable: Optional[bool] = None) -> Build:
+    """bridge's LiteRT custom-op kernels (bridge/litert/native), linked against
+    the installed libLiteRt.so, bound to its ai-edge-litert version. Checks
+    first that the library exports every function bridge/litert/native/litert_c_api.h
+    declares; the self-test model runs on first use (bridge/litert/runtime.py)."""
+    source = _package_dir("bridge.litert") / "native"
+    lib = litert_library()
+    version = litert_version()
+    if not lib.exists():
+        raise BuildError(f"{lib} does not exist (ai-edge-litert {version}). Fix: pip install ai-edge-litert, "
+                         f"or point BRIDGE_LITERT_LIB at a libLiteRt.so")
+    missing = litert_missing_symbols(lib, litert_declared(source / "litert_c_api.h"))
+    if missing:
+        raise BuildError(
+            f"ai-edge-litert {version}'s {lib.name} ({lib}) does not export {', '.join(missing)}, which bridge's "
+            f"LiteRT kernels call (declared in bridge/litert/native/litert_c_api.h; known to work with ai-edge-litert "
+            f"{', '.join(LITERT_KNOWN)}). Fix: pip install ai-edge-litert=={LITERT_KNOWN[-1]}; --mode lowered runs "
+            f"on any LiteRT")
+    if version not in LITERT_KNOWN:
+        print(f"bridge: ai-edge-litert {version} is not one the LiteRT kernels were checked with "
+              f"({', '.join(LITERT_KNOWN)}); its self-test decides", file=sys.stderr, flush=True)
+    tf_ops_dir = _tf_ops_dir()
+    kernels = _package_dir("bridge") / "kernels"
+    options = {"LITERT_LIBRARY": str(lib), "BRIDGE_KERNELS_DIR": str(kernels), "BRIDGE_TF_OPS_DIR": str(tf_ops_dir)}
+    dnnl = onednn_root()
+    if dnnl:
+        options["BRIDGE_DNNL_ROOT"] = str(dnnl)
+    probe = "#if defined(__x86_64__)\n#include <immintrin.h>\n#endif\n" + \
+            ("#include <oneapi/dnnl/dnnl.hpp>\n" if dnnl else "") + "int probe() { return 0; }\n"
+    b = Build(name="tflite", source_dir=source, binds_to=f"litert{version}", target_file="libbridge_litert_ops.so",
+              options=options, extra_sources=[*sorted(kernels.glob("*.h")), tf_ops_dir / "cpu" / "native.cmake"],
+              describe=f"the LiteRT kernels for ai-edge-litert {version}", probe_source=probe,
+              probe_flags=[f"-I{dnnl / 'include'}"] if dnnl else [])
+    if portable is not None:
+        b.portable = portable
+    return b
 
 # -- CUDA ---------------------------------------------------------------------
 

@@ -9,12 +9,13 @@ HELP = "build the native libraries (TensorFlow ops, onnxruntime kernels) into th
 TARGETS = ("tf_ops", "ort")
 # Built on request only: the CUDA kernels behind a C ABI (needs nvcc), and the same
 # kernels for the CPU emulator (needs the CUDA headers, no GPU).
-ON_REQUEST = ("cuda_harness", "cuda_emulator")
+ON_REQUEST = ("cuda_harness", "cuda_emulator", "tflite")  # tflite: the LiteRT kernels (ai-edge-litert)
 
 
 def add_arguments(p):
     p.add_argument("targets", nargs="*", metavar="TARGET",
-                   help=f"what to build: {', '.join(TARGETS + ON_REQUEST)} (default: {', '.join(TARGETS)})")
+                   help=f"what to build: {', '.join(TARGETS + ON_REQUEST)} (default: {', '.join(TARGETS)}), or the "
+                        f"CMake folder of a team's TensorFlow op library")
     p.add_argument("--force", action="store_true", help="rebuild even when the cache has the library")
     p.add_argument("--portable", action="store_true",
                    help="build without CPU-specific flags (-march=native), for other machines of this architecture")
@@ -23,13 +24,19 @@ def add_arguments(p):
                    help="print each library's build record (path, CPU flags, compiler, ...) as JSON")
 
 
+def _is_folder(target: str) -> bool:
+    import os
+    return os.path.isfile(os.path.join(target, "CMakeLists.txt"))
+
+
 def run(args) -> int:
     from bridge import native
     from bridge.cli import UsageError
     targets = args.targets or list(TARGETS)
-    unknown = [t for t in targets if t not in TARGETS + ON_REQUEST]
+    unknown = [t for t in targets if t not in TARGETS + ON_REQUEST and not _is_folder(t)]
     if unknown:
-        raise UsageError(f"unknown target {unknown[0]!r}; choose from {', '.join(TARGETS + ON_REQUEST)}")
+        raise UsageError(f"unknown target {unknown[0]!r}; choose from {', '.join(TARGETS + ON_REQUEST)}, "
+                         f"or give a team op library's CMake folder")
     portable = True if args.portable else None
     records = []
     try:
@@ -40,8 +47,12 @@ def run(args) -> int:
                 b = native.ort_build(portable=portable)
             elif target == "cuda_harness":
                 b = native.cuda_harness_build()
-            else:
+            elif target == "cuda_emulator":
                 b = native.cuda_emulator_build()
+            elif target == "tflite":
+                b = native.litert_build(portable=portable)
+            else:  # a team's op library: its CMake folder
+                b = native.op_library_build(target, portable=portable)
             lib = b.library(force=args.force)
             info = native.read_build_info(lib)
             records.append({"target": target, "library": str(lib), **info})

@@ -235,6 +235,96 @@ void WinoRun(const WinoPlan& w, const dnnl::memory& weights, const float* x, con
   }
 }
 
+// -- a whole convolution on the BN-folded filter, planned once per geometry ----
+// Winograd where WinoEligible and oneDNN has a brgemm matmul for it, else
+// oneDNN's direct convolution with the bias and LeakyReLU fused; null where
+// oneDNN has only a reference implementation (the caller's own road is faster).
+// w: the folded HWIO filter, b: the folded bias; pad_bottom/pad_right complete
+// ConvShape's top/left pads.
+struct FoldedConvPlan {
+  ConvShape g;
+  float alpha = 0.1f;
+  std::unique_ptr<WinoPlan> wino;  // null: `direct`
+  dnnl::primitive direct;
+  dnnl::memory weights, bias;
+};
+
+inline std::unique_ptr<FoldedConvPlan> MakeFoldedConvPlan(const ConvShape& g, const float* w, const float* b,
+                                                          int64_t pad_bottom, int64_t pad_right, float alpha,
+                                                          bool winograd) {
+  using tag = dnnl::memory::format_tag;
+  using dt = dnnl::memory::data_type;
+  auto p = std::make_unique<FoldedConvPlan>();
+  p->g = g;
+  p->alpha = alpha;
+  auto& engine = DnnlEngine();
+  dnnl::stream st(engine);
+  p->bias = dnnl::memory(dnnl::memory::desc({g.cout}, dt::f32, tag::x), engine);
+  std::memcpy(p->bias.get_data_handle(), b, sizeof(float) * g.cout);
+  if (winograd && WinoEligible(g)) {
+    p->wino = MakeWinoPlan(g);
+    if (p->wino) {
+      std::unique_ptr<float[]> u(new float[16 * g.cin * g.cout]);
+      WinoFilter(w, g.cin, g.cout, 0, g.cin, u.get());
+      dnnl::memory user(p->wino->user_w_md, engine, u.get());
+      p->weights = dnnl::memory(p->wino->pd.weights_desc(), engine);
+      p->wino->pack.execute(st, user, p->weights);
+      st.wait();
+      return p;
+    }
+  }
+  dnnl::memory::desc src({g.n, g.cin, g.h, g.w}, dt::f32, tag::nhwc);
+  dnnl::memory::desc dst({g.n, g.cout, g.oh, g.ow}, dt::f32, tag::nhwc);
+  dnnl::memory::desc user_w({g.cout, g.cin, g.kh, g.kw}, dt::f32, tag::hwio);
+  dnnl::memory::desc any_w({g.cout, g.cin, g.kh, g.kw}, dt::f32, tag::any);
+  dnnl::post_ops ops;
+  ops.append_eltwise(dnnl::algorithm::eltwise_relu, alpha, 0.0f);  // relu with a slope: LeakyReLU
+  dnnl::primitive_attr attr;
+  attr.set_post_ops(ops);
+  dnnl::convolution_forward::primitive_desc pd(
+      engine, dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src, any_w,
+      p->bias.get_desc(), dst, {g.sh, g.sw}, {g.dh - 1, g.dw - 1}, {g.pad_top, g.pad_left}, {pad_bottom, pad_right},
+      attr);
+  if (!FastImpl(pd.impl_info_str())) return nullptr;
+  p->direct = dnnl::convolution_forward(pd);
+  dnnl::memory user(user_w, engine, const_cast<float*>(w));
+  p->weights = dnnl::memory(pd.weights_desc(), engine);
+  dnnl::reorder(user, p->weights).execute(st, user, p->weights);
+  st.wait();
+  return p;
+}
+
+// y = leaky(conv(x, w) + b) on the plan; scratch for Winograd's V and M is per
+// calling thread and kept. parallel: as WinoRun's.
+template <typename ParallelFor>
+void RunFoldedConv(const FoldedConvPlan& p, const float* x, float* y, ParallelFor&& parallel) {
+  using tag = dnnl::memory::format_tag;
+  using dt = dnnl::memory::data_type;
+  const ConvShape& g = p.g;
+  auto& engine = DnnlEngine();
+  if (p.wino) {
+    const WinoPlan& w = *p.wino;
+    const int64_t v_size = 16 * w.chunk * g.cin, m_size = 16 * w.chunk * g.cout, need = v_size + m_size + g.cin;
+    thread_local std::unique_ptr<float[]> buf;
+    thread_local int64_t have = 0;
+    if (need > have) {
+      buf.reset(new float[need]);
+      have = need;
+    }
+    float *v = buf.get(), *m = v + v_size, *zeros = m + m_size;
+    std::memset(zeros, 0, sizeof(float) * g.cin);
+    WinoRun(w, p.weights, x, nullptr, static_cast<const float*>(p.bias.get_data_handle()), p.alpha, v, m, zeros, y,
+            parallel);
+    return;
+  }
+  dnnl::memory src({{g.n, g.cin, g.h, g.w}, dt::f32, tag::nhwc}, engine, const_cast<float*>(x));
+  dnnl::memory dst({{g.n, g.cout, g.oh, g.ow}, dt::f32, tag::nhwc}, engine, y);
+  dnnl::stream st(engine);
+  p.direct.execute(st, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, p.weights}, {DNNL_ARG_BIAS, p.bias},
+                        {DNNL_ARG_DST, dst}});
+  st.wait();
+}
+
 }  // namespace
 }  // namespace conv_core
 }  // namespace bridge

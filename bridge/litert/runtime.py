@@ -1,0 +1,177 @@
+"""Running a .tflite on LiteRT's CompiledModel (CPU) with bridge's custom-op
+kernels, through the library's C harness (bridge/litert/native/harness.cc) over
+ctypes: the Python `Interpreter` and `CompiledModel` have no custom-op hook.
+
+The library is built once per LiteRT version and CPU (bridge.native.litert_build,
+`bridge build tflite`); the first use of each build runs a self-test model in a
+subprocess (selftest.py), so a LiteRT whose ABI differs from what
+native/litert_c_api.h declares is a clear error, never a crash in the caller.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Dict, List, Mapping, Optional
+
+import numpy as np
+
+SELFTEST_MARK = "selftest.json"
+# TFLite element types (LiteRtElementType carries TfLiteType numbers) -> numpy
+DTYPES = {1: np.float32, 2: np.int32, 4: np.int64, 10: np.float16, 3: np.uint8, 9: np.int8, 6: np.bool_}
+
+
+class LiteRTError(RuntimeError):
+    """A model that does not load or run; the message names the op and argument
+    when one of bridge's kernels refused it."""
+
+
+def litert_version() -> str:
+    from importlib import metadata
+    try:
+        return metadata.version("ai-edge-litert")
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def library(build: bool = True) -> Path:
+    """The built kernel library, self-tested (building it first with build=True).
+    Raises bridge.native.BuildError naming the cause and the LiteRT version."""
+    from bridge import native
+    b = native.litert_build()
+    lib = b.library() if build else b.folder() / b.target_file
+    if not lib.exists():
+        raise native.BuildError(f"the LiteRT kernels are not built. Fix: bridge build tflite")
+    mark = lib.parent / SELFTEST_MARK
+    if not mark.exists():
+        _selftest(native, lib, mark)
+    return lib
+
+
+def _selftest(native, lib: Path, mark: Path) -> None:
+    env = dict(os.environ, BRIDGE_LITERT_SELFTEST_LIB=str(lib))
+    p = subprocess.run([sys.executable, "-m", "bridge.litert.selftest"], capture_output=True, text=True, env=env,
+                       timeout=300)
+    if p.returncode:
+        tail = "\n".join((p.stdout + p.stderr).strip().splitlines()[-6:])
+        crashed = f" (it crashed: signal {-p.returncode})" if p.returncode < 0 else ""
+        raise native.BuildError(
+            f"the LiteRT kernels built, but their self-test failed on ai-edge-litert {litert_version()}{crashed}: "
+            f"{tail}\nbridge's declarations (bridge/litert/native/litert_c_api.h) may not match this LiteRT; "
+            f"--mode lowered still runs on it")
+    tmp = mark.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps({"litert": litert_version(), "output": p.stdout.strip()}))
+    os.replace(tmp, mark)
+
+
+def _bind(lib: Path):
+    c = ctypes.CDLL(str(lib))
+    P, I, S = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t
+    sig = {
+        "bridge_litert_open": (P, [ctypes.c_char_p, I, ctypes.c_char_p, S]),
+        "bridge_litert_close": (None, [P]),
+        "bridge_litert_count": (I, [P, I]),
+        "bridge_litert_name": (ctypes.c_char_p, [P, I, I]),
+        "bridge_litert_element_type": (I, [P, I, I]),
+        "bridge_litert_run": (I, [P, P, P, P, ctypes.c_char_p, S]),
+        "bridge_litert_output_shape": (I, [P, I, P]),
+        "bridge_litert_read_output": (I, [P, I, P, S]),
+        "bridge_litert_ops": (I, [ctypes.c_char_p, S]),
+    }
+    for name, (res, args) in sig.items():
+        f = getattr(c, name)
+        f.restype, f.argtypes = res, args
+    return c
+
+
+_LIBS: Dict[str, ctypes.CDLL] = {}
+
+
+def _lib(path: Path):
+    key = str(path)
+    if key not in _LIBS:
+        _LIBS[key] = _bind(path)
+    return _LIBS[key]
+
+
+def served_ops(lib: Optional[Path] = None) -> Dict[str, Optional[str]]:
+    """{op: None if the library runs it, else why not}."""
+    c = _lib(lib or library())
+    buf = ctypes.create_string_buffer(4096)
+    c.bridge_litert_ops(buf, len(buf))
+    out: Dict[str, Optional[str]] = {}
+    for line in buf.value.decode().splitlines():
+        parts = line.split(":", 2)
+        out[parts[0]] = parts[2] if len(parts) > 2 else None
+    return out
+
+
+class Model:
+    """One .tflite compiled for LiteRT's CPU; custom=True registers bridge's kernels."""
+
+    def __init__(self, source, custom: bool = True, lib: Optional[Path] = None):
+        self._c = _lib(lib or library())
+        data = bytes(source) if isinstance(source, (bytes, bytearray)) else Path(source).read_bytes()
+        if custom:  # LiteRT gives a custom op only 64-byte aligned constants (aligned.py)
+            from bridge.litert.aligned import align_buffers
+            data = align_buffers(data)
+        fd, path = tempfile.mkstemp(suffix=".tflite")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        self._tmp = path
+        err = ctypes.create_string_buffer(4096)
+        self._h = self._c.bridge_litert_open(path.encode(), int(custom), err, len(err))
+        if self._tmp:
+            os.unlink(self._tmp)
+        if not self._h:
+            raise LiteRTError(err.value.decode(errors="replace"))
+        self.inputs = self._names(0)
+        self.outputs = self._names(1)
+        self._types = [self._c.bridge_litert_element_type(self._h, 0, k) for k in range(len(self.inputs))]
+
+    def _names(self, output: int) -> List[str]:
+        return [self._c.bridge_litert_name(self._h, output, k).decode()
+                for k in range(self._c.bridge_litert_count(self._h, output))]
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        missing = [n for n in self.inputs if n not in feeds]
+        if missing:
+            raise LiteRTError(f"missing input {missing[0]!r}; the model takes {self.inputs}")
+        arrays = [np.ascontiguousarray(feeds[n], dtype=DTYPES.get(t, None)) for n, t in zip(self.inputs, self._types)]
+        ptrs = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
+        shapes = (ctypes.c_int64 * max(1, sum(a.ndim for a in arrays)))(*[d for a in arrays for d in a.shape])
+        ranks = (ctypes.c_int * len(arrays))(*[a.ndim for a in arrays])
+        err = ctypes.create_string_buffer(4096)
+        if self._c.bridge_litert_run(self._h, ptrs, shapes, ranks, err, len(err)):
+            raise LiteRTError(err.value.decode(errors="replace"))
+        out = {}
+        for k, name in enumerate(self.outputs):
+            dims = (ctypes.c_int64 * 8)()
+            rank = self._c.bridge_litert_output_shape(self._h, k, dims)
+            dtype = DTYPES[self._c.bridge_litert_element_type(self._h, 1, k)]
+            a = np.empty([dims[j] for j in range(rank)], dtype)
+            if self._c.bridge_litert_read_output(self._h, k, a.ctypes.data, a.nbytes):
+                raise LiteRTError(f"could not read output {name!r}")
+            out[name] = a
+        return out
+
+    def close(self):
+        if getattr(self, "_h", None):
+            self._c.bridge_litert_close(self._h)
+            self._h = None
+
+    def __del__(self):
+        self.close()
+
+
+def run_tflite_custom(data, feeds: Mapping[str, np.ndarray], custom: bool = True) -> Dict[str, np.ndarray]:
+    """One run of a .tflite (bytes or path) on LiteRT with bridge's kernels."""
+    m = Model(data, custom=custom)
+    try:
+        return m.run(feeds)
+    finally:
+        m.close()
