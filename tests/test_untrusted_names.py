@@ -375,3 +375,15 @@ def test_plugin_folder_links_out_are_not_read(tmp_path):
     (tmp_path / "opp" / "own.cc").write_text('REGISTER_CUSTOM_OP("X").OriginOpType("ai.onnx::11::Own");')
     os.symlink(tmp_path / "elsewhere.cc", tmp_path / "opp" / "link.cc")
     assert registered_in_dir(str(tmp_path / "opp")) == {"ai.onnx::11::Own"}
+
+
+@pytest.mark.parametrize("asset", ["../../etc/passwd", "/etc/passwd"])
+def test_savedmodel_asset_file_out_of_the_folder_is_refused(tmp_path, asset):
+    from tensorflow.core.protobuf import saved_model_pb2
+    from bridge import modelsource
+    sm = saved_model_pb2.SavedModel()
+    sm.meta_graphs.add().asset_file_def.add().filename = asset
+    (tmp_path / "sm").mkdir()
+    (tmp_path / "sm" / "saved_model.pb").write_bytes(sm.SerializeToString())
+    with pytest.raises(modelsource.ModelSourceError, match="asset file name .* leaves the folder"):
+        modelsource.resolve(str(tmp_path / "sm"))
