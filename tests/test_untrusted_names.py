@@ -168,7 +168,8 @@ def test_issue_findings_are_gone(tmp_path, bench, capsys):
     """The two findings of issue 13, exactly as reported."""
     evil = f"x$(touch {tmp_path}/pwned)`touch {tmp_path}/pwned2`"
     _model(str(tmp_path / "evil.onnx"), evil, "y", "n")
-    assert main(["export", str(tmp_path / "evil.onnx"), "--to", "ge", "--opset", "13", "-o", str(tmp_path / "out")]) == 0
+    assert main(["export", str(tmp_path / "evil.onnx"), "--to", "ge", "--opset", "13",
+                 "-o", str(tmp_path / "out")]) == 0
     logs = tmp_path / "logs"
     logs.mkdir()
     assert _run(str(tmp_path / "out" / "atc.sh"), tmp_path, bench, logs).returncode == 0
