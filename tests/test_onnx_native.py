@@ -144,54 +144,40 @@ def _ones(*shape):
 
 CONV_OK = dict(x=_ones(1, 5, 5, 3), filter=_ones(3, 3, 3, 4), conv_bias=_ones(4), bn_gamma=_ones(4),
                bn_beta=_ones(4), bn_mean=_ones(4), bn_variance=_ones(4))
-BAD_RUNS = [
-    ("FusedLayerNorm", [2, 1, 1], {}, dict(x=_ones(2, 5), gamma=_ones(4), beta=_ones(5)),
-     "FusedLayerNorm: argument 'gamma': must have shape [H]=[5] (the last dim of x [2,5]), got [4]"),
-    ("FusedLayerNorm", [2, 1, 1], {}, dict(x=_ones(2, 5), gamma=_ones(5), beta=_ones(6)),
-     "FusedLayerNorm: argument 'beta': must have shape [H]=[5]"),
-    ("YoloConvBnLeaky", [4, 4, 1, 1, 1, 1, 1], {}, dict(CONV_OK, filter=_ones(3, 3, 2, 4)),
-     "YoloConvBnLeaky: argument 'filter': Cin mismatch: x [1,5,5,3] has Cin=3, filter [3,3,2,4] has Cin=2"),
-    ("YoloConvBnLeaky", [4, 4, 1, 1, 1, 1, 1], {}, dict(CONV_OK, bn_variance=_ones(3)),
-     "YoloConvBnLeaky: argument 'bn_variance': must have shape [Cout]=[4] (filter [3,3,3,4]), got [3]"),
-    ("YoloConvBnLeaky", [3, 4, 1, 1, 1, 1, 1], {}, dict(CONV_OK, x=_ones(5, 5, 3)),
-     "YoloConvBnLeaky: argument 'x': must have rank 4 [N,H,W,Cin], got [5,5,3]"),
-    ("YoloConvBnLeaky", [4, 4, 1, 1, 1, 1, 1], {}, dict(CONV_OK, x=_ones(1, 1, 5, 3)),
-     "YoloConvBnLeaky: argument 'x': H axis of x [1,1,5,3] with filter [3,3,3,4]: computed output size would be negative"),
-    ("YoloDecode", [4], dict(anchors=[1.0, 2.0], num_classes=2, stride=8), dict(raw=_ones(1, 2, 2, 8)),
-     "YoloDecode: argument 'raw': last dim must be A*(5+C) = 1*(5+2) = 7, got [1,2,2,8]"),
-    ("YoloDecode", [3], dict(anchors=[1.0, 2.0], num_classes=2, stride=8), dict(raw=_ones(2, 2, 7)),
-     "YoloDecode: argument 'raw': must have rank 4 [N,H,W,A*(5+C)], got [2,2,7]"),
-]
+def _bad(kind):
+    """The spec tables' bad inputs that an ONNX node can carry."""
+    for spec in specs.all_specs():
+        for bad in spec.bad_inputs():
+            if bad.kind == kind and bad.in_onnx:
+                yield pytest.param(spec.name, bad, id=f"{spec.name}-{bad.id}")
 
 
-@pytest.mark.parametrize("op,ranks,attrs,feeds,message", BAD_RUNS, ids=[f"{b[0]}-{i}" for i, b in enumerate(BAD_RUNS)])
-def test_bad_shapes_fail_the_run_with_a_clear_message(library, op, ranks, attrs, feeds, message):
-    sess = onnx_plugins.session(_dynamic_model(op, ranks, attrs), kernels=[op])
+@pytest.mark.parametrize("op,bad", list(_bad("shape")))
+def test_bad_shapes_fail_the_run_with_a_clear_message(library, op, bad):
+    attrs, message = bad.onnx
+    spec = specs.get(op)
+    sess = onnx_plugins.session(_dynamic_model(op, [len(s) for s in bad.shapes], attrs), kernels=[op])
     with pytest.raises(InvalidArgument) as e:
-        sess.run(None, feeds)
+        sess.run(None, dict(zip([i.name for i in spec.inputs], bad.inputs())))
     assert message in str(e.value)
     # the same session still works on good input afterwards
-    if op == "FusedLayerNorm":
+    if op == "FusedLayerNorm" and [len(s) for s in bad.shapes] == [2, 1, 1]:
         sess.run(None, dict(x=_ones(2, 5), gamma=_ones(5), beta=_ones(5)))
 
 
-BAD_ATTRS = [
-    ("YoloConvBnLeaky", dict(strides=[1, 0]), "YoloConvBnLeaky: argument 'strides': needs 2 positive values"),
-    ("YoloConvBnLeaky", dict(pads=[1, 1, -1, 0]), "YoloConvBnLeaky: argument 'pads': needs 4 non-negative values"),
-    ("YoloConvBnLeaky", dict(dilations=[1]), "YoloConvBnLeaky: argument 'dilations': needs 2 positive values"),
-    ("YoloDecode", dict(anchors=[1.0, 2.0, 3.0], num_classes=1, stride=8), "YoloDecode: argument 'anchors': needs 2*A"),
-    ("YoloDecode", dict(anchors=[1.0, 0.0], num_classes=1, stride=8), "YoloDecode: argument 'anchors': must all be positive"),
-    ("YoloDecode", dict(anchors=[1.0, 2.0], num_classes=0, stride=8), "YoloDecode: argument 'num_classes': must be >= 1"),
-    ("YoloDecode", dict(anchors=[1.0, 2.0], num_classes=1), "YoloDecode: argument 'stride': required attribute is missing"),
-]
-
-
-@pytest.mark.parametrize("op,attrs,message", BAD_ATTRS, ids=[f"{b[0]}-{i}" for i, b in enumerate(BAD_ATTRS)])
-def test_bad_attributes_fail_the_session_with_a_clear_message(library, op, attrs, message):
-    ranks = [4] * len(specs.get(op).inputs) if op == "YoloDecode" else [4, 4, 1, 1, 1, 1, 1]
+@pytest.mark.parametrize("op,bad", list(_bad("attr")))
+def test_bad_attributes_fail_the_session_with_a_clear_message(library, op, bad):
+    attrs, message = bad.onnx
     with pytest.raises(ORT_ERRORS) as e:
-        onnx_plugins.session(_dynamic_model(op, ranks, attrs), kernels=[op])
+        onnx_plugins.session(_dynamic_model(op, [len(s) for s in bad.shapes], attrs), kernels=[op])
     assert message in str(e.value)
+
+
+def test_missing_required_attribute_fails_the_session(library):
+    with pytest.raises(ORT_ERRORS) as e:
+        onnx_plugins.session(_dynamic_model("YoloDecode", [4], dict(anchors=[1.0, 2.0], num_classes=1)),
+                             kernels=["YoloDecode"])
+    assert "YoloDecode: argument 'stride': required attribute is missing" in str(e.value)
 
 
 def test_unknown_op_in_the_config_entry_fails_registration(library):
@@ -202,46 +188,57 @@ def test_unknown_op_in_the_config_entry_fails_registration(library):
     assert "bridge.kernels: unknown op 'Bogus'" in str(e.value)
 
 
+# name: (op, input ranks, attributes, feeds), and what must come of it: the run's
+# output shapes, or the words of the error.
+NASTY_CASES = {
+    "rank-0 x, empty gamma": (("FusedLayerNorm", [0, 1, 1], {}, "dict(x=np.array(1.0, np.float32), gamma=_ones(0), "
+                                                             "beta=_ones(0))"),
+                              "FAILED FusedLayerNorm: argument 'x': must have rank >= 1, got a scalar (shape [])"),
+    # a filter far larger than the padded input: a clear error, not a read out of bounds
+    "huge dilation": (("YoloConvBnLeaky", [4, 4, 1, 1, 1, 1, 1], dict(dilations=[1000000, 1000000]), "CONV_OK"),
+                      "FAILED YoloConvBnLeaky: argument 'x': H axis of x [1,5,5,3] with filter [3,3,3,4]: computed "
+                      "output size would be negative: input 5 + padding 0+0, effective filter 2000001, stride 1"),
+    "Cin 0": (("YoloConvBnLeaky", [4, 4, 1, 1, 1, 1, 1], {}, "dict(CONV_OK, x=_ones(1, 5, 5, 0), "
+                                                            "filter=_ones(3, 3, 0, 4))"),
+              "RAN [(1, 3, 3, 4)]"),
+    "Cout 0": (("YoloConvBnLeaky", [4, 4, 1, 1, 1, 1, 1], {},
+                "{k: (v[..., :0] if v.ndim in (1, 4) and k != 'x' else v) for k, v in CONV_OK.items()}"),
+               "RAN [(1, 3, 3, 0)]"),
+    "huge padding": (("YoloConvBnLeaky", [4, 4, 1, 1, 1, 1, 1], dict(pads=[100, 0, 100, 0]), "CONV_OK"),
+                     "RAN [(1, 203, 3, 4)]"),
+    "raw with a zero-sized last dim": (("YoloDecode", [4], dict(anchors=[1.0, 2.0], num_classes=1, stride=8),
+                                        "dict(raw=_ones(1, 3, 3, 0))"),
+                                       "FAILED YoloDecode: argument 'raw': last dim must be A*(5+C) = 1*(5+1) = 6, "
+                                       "got [1,3,3,0]"),
+}
+
 NASTY = r"""
+import sys
 import numpy as np
 from onnxruntime.capi.onnxruntime_pybind11_state import Fail, InvalidArgument, RuntimeException
 from bridge import onnx_plugins
-from test_onnx_native import _dynamic_model, CONV_OK, _ones
-cases = [
-    # rank-0 x, empty gamma
-    ("FusedLayerNorm", [0, 1, 1], {}, dict(x=np.array(1.0, np.float32), gamma=_ones(0), beta=_ones(0))),
-    # a filter far larger than the padded input, huge dilation
-    ("YoloConvBnLeaky", [4, 4, 1, 1, 1, 1, 1], dict(dilations=[1000000, 1000000]), CONV_OK),
-    # Cin = 0, Cout = 0
-    ("YoloConvBnLeaky", [4, 4, 1, 1, 1, 1, 1], {}, dict(CONV_OK, x=_ones(1, 5, 5, 0), filter=_ones(3, 3, 0, 4))),
-    ("YoloConvBnLeaky", [4, 4, 1, 1, 1, 1, 1], {}, {k: (v[..., :0] if v.ndim in (1, 4) and k != "x" else v)
-                                                    for k, v in CONV_OK.items()}),
-    # huge padding
-    ("YoloConvBnLeaky", [4, 4, 1, 1, 1, 1, 1], dict(pads=[100, 0, 100, 0]), CONV_OK),
-    # raw with a zero-sized last dim
-    ("YoloDecode", [4], dict(anchors=[1.0, 2.0], num_classes=1, stride=8), dict(raw=_ones(1, 3, 3, 0))),
-]
-for op, ranks, attrs, feeds in cases:
+from test_onnx_native import _dynamic_model, CONV_OK, NASTY_CASES, _ones
+for name, ((op, ranks, attrs, feeds), _) in NASTY_CASES.items():
     try:
-        outs = onnx_plugins.session(_dynamic_model(op, ranks, attrs), kernels=[op]).run(None, feeds)
-        print("RAN", op, [o.shape for o in outs], flush=True)
+        outs = onnx_plugins.session(_dynamic_model(op, ranks, attrs), kernels=[op]).run(None, eval(feeds))
+        print(name, "=> RAN", [o.shape for o in outs], flush=True)
     except (Fail, InvalidArgument) as e:
-        print("FAILED", op, str(e).splitlines()[-1], flush=True)
+        print(name, "=> FAILED", str(e).splitlines()[-1].split("Status Message: ")[-1], flush=True)
 print("SURVIVED")
 """
 
 
 def test_nasty_inputs_never_crash_the_process(library):
+    """Each nasty input either runs to the expected shapes or fails with the
+    expected words, and the process survives them all."""
     import os
     tests = os.path.dirname(__file__)
     p = subprocess.run([sys.executable, "-c", NASTY], capture_output=True, text=True, timeout=300,
                        cwd=tests, env={**os.environ, "PYTHONPATH": tests})
     assert p.returncode == 0 and "SURVIVED" in p.stdout, (p.returncode, p.stdout, p.stderr[-3000:])
-    lines = p.stdout.splitlines()
-    assert any("FusedLayerNorm: argument 'x': must have rank >= 1" in l for l in lines), lines
-    # the huge-dilation filter does not fit the input: a clear error, not a read out of bounds
-    assert any("YoloConvBnLeaky: argument 'x'" in l and "negative" in l for l in lines), lines
-    assert any(l.startswith("RAN YoloConvBnLeaky [(1, 203, 3, 4)]") for l in lines), lines  # huge padding
+    got = dict(line.split(" => ", 1) for line in p.stdout.splitlines() if " => " in line)
+    for name, (_, want) in NASTY_CASES.items():
+        assert got.get(name, "").startswith(want), f"{name}: got {got.get(name)!r}, want {want!r}"
 
 
 def test_missing_headers_folder_is_a_build_error(monkeypatch, tmp_path):

@@ -71,31 +71,19 @@ def _node_model(op, inputs, attrs, elem=onnx.TensorProto.FLOAT):
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(spec.domain, 1)])
 
 
-CONV = [[1, 8, 8, 3], [3, 3, 3, 4]] + [[4]] * 5
-BAD = [
-    ("FusedLayerNorm", [[2, 5], [4], [5]], {}, re.escape("FusedLayerNorm: argument 'gamma': must have shape [H]=[5] (the last dim of x [2,5]), got [4]")),
-    ("FusedLayerNorm", [[], [1], [1]], {}, "FusedLayerNorm: argument 'x': must have rank >= 1"),
-    ("YoloConvBnLeaky", [[1, 8, 8, 2]] + CONV[1:], {}, "YoloConvBnLeaky: argument 'filter': Cin mismatch"),
-    ("YoloConvBnLeaky", CONV[:4] + [[5]] + CONV[5:], {}, re.escape("YoloConvBnLeaky: argument 'bn_beta': must have shape [Cout]=[4] (filter [3,3,3,4]), got [5]")),
-    ("YoloConvBnLeaky", [[8, 8, 3]] + CONV[1:], {}, "YoloConvBnLeaky: argument 'x': must have rank 4"),
-    ("YoloConvBnLeaky", CONV, {"strides": [1, 0]}, "YoloConvBnLeaky: argument 'strides': must be positive"),
-    ("YoloConvBnLeaky", CONV, {"strides": [1, 1, 1]}, "YoloConvBnLeaky: argument 'strides': ONNX form needs"),
-    ("YoloConvBnLeaky", [[1, 1, 1, 3]] + CONV[1:], {}, "YoloConvBnLeaky: argument 'x': H axis .* negative"),
-    ("YoloDecode", [[1, 2, 2, 15]], dict(anchors=[1.0, 2.0], num_classes=3, stride=8),
-     r"YoloDecode: argument 'raw': last dim must be A\*\(5\+C\) = 1\*\(5\+3\) = 8"),
-    ("YoloDecode", [[1, 2, 2, 8]], dict(anchors=[1.0, 2.0, 3.0], num_classes=3, stride=8),
-     "YoloDecode: argument 'anchors': needs 2\\*A values"),
-    ("YoloDecode", [[1, 2, 2, 8]], dict(anchors=[1.0, -2.0], num_classes=3, stride=8),
-     "YoloDecode: argument 'anchors': must all be positive"),
-    ("YoloDecode", [[1, 2, 2, 8]], dict(anchors=[1.0, 2.0], num_classes=3, stride=0),
-     "YoloDecode: argument 'stride': must be >= 1"),
-    ("YoloDecode", [[1, 2, 2, 8]], dict(anchors=[1.0, 2.0], num_classes=3),
-     "YoloDecode: argument 'stride': required attribute is missing"),
-]
+def _bad_nodes():
+    """The spec tables' bad inputs as nodes, plus what only the ONNX form can get wrong."""
+    for spec in specs.all_specs():
+        for bad in spec.bad_inputs():
+            if bad.in_onnx:
+                attrs, message = bad.onnx
+                yield pytest.param(spec.name, [list(s) for s in bad.shapes], attrs, re.escape(message),
+                                   id=f"{spec.name}-{bad.id}")
+    yield pytest.param("YoloDecode", [[1, 2, 2, 8]], dict(anchors=[1.0, 2.0], num_classes=3),
+                       "YoloDecode: argument 'stride': required attribute is missing", id="decode-stride-missing")
 
 
-@pytest.mark.parametrize("op,shapes,attrs,message", BAD, ids=[m.split(":")[1].strip() + str(i)
-                                                              for i, (_, _, _, m) in enumerate(BAD)])
+@pytest.mark.parametrize("op,shapes,attrs,message", list(_bad_nodes()))
 def test_strict_shape_inference_rejects_bad_nodes(op, shapes, attrs, message):
     with pytest.raises(Exception, match=message):
         _infer(_node_model(op, shapes, attrs))

@@ -152,9 +152,12 @@ def _to_onnx(input_shapes, *, strides, padding, explicit_paddings, dilations, ep
 
 
 def _from_onnx(*, strides, pads, dilations, epsilon, alpha):
-    if len(strides) != 2 or len(dilations) != 2 or len(pads) != 4:
-        raise OpError(NAME, "strides", f"ONNX form needs strides [sh,sw], pads [t,l,b,r], dilations [dh,dw]; "
-                                        f"got {list(strides)}, {list(pads)}, {list(dilations)}")
+    # in the node's own terms, as the onnxruntime kernel words them
+    for arg, values, what in (("strides", strides, "[sh,sw]"), ("dilations", dilations, "[dh,dw]")):
+        if len(values) != 2 or any(v < 1 for v in values):
+            raise OpError(NAME, arg, f"needs 2 positive values {what}, got {dims(values)}")
+    if len(pads) != 4 or any(p < 0 for p in pads):
+        raise OpError(NAME, "pads", f"needs 4 non-negative values [top,left,bottom,right], got {dims(pads)}")
     t, l, b, r = pads
     return dict(strides=(1, *strides, 1), padding="EXPLICIT", explicit_paddings=(0, 0, t, b, l, r, 0, 0),
                 dilations=(1, *dilations, 1), epsilon=epsilon, alpha=alpha)
@@ -214,18 +217,21 @@ def _bad_inputs():
             "H axis of x [1,1,5,3] with filter [3,3,3,8]: computed output size would be negative", dict(padding="VALID"),
             onnx_attrs={}),
         bad("strides-3", (x, f, *p8), "strides", "needs 4 values [1,sh,sw,1], got [1, 2, 2]", dict(strides=(1, 2, 2)),
-            kind="attr", onnx_attrs=dict(strides=(1, 2, 2)), onnx_message=f"{NAME}: argument 'strides': "),
+            kind="attr", onnx_attrs=dict(strides=(1, 2, 2)),
+            onnx_message=f"{NAME}: argument 'strides': needs 2 positive values [sh,sw], got [1,2,2]"),
         bad("strides-batch", (x, f, *p8), "strides", "must be 1 at N and C ([1,h,w,1]), got [2, 1, 1, 1]",
             dict(strides=(2, 1, 1, 1)), kind="attr", in_onnx=False),
         bad("strides-zero", (x, f, *p8), "strides", "must be positive, got [1, 0, 1, 1]", dict(strides=(1, 0, 1, 1)),
-            kind="attr", onnx_attrs=dict(strides=(0, 1)), onnx_message=f"{NAME}: argument 'strides': "),
+            kind="attr", onnx_attrs=dict(strides=(0, 1)),
+            onnx_message=f"{NAME}: argument 'strides': needs 2 positive values [sh,sw], got [0,1]"),
         bad("dilations-channel", (x, f, *p8), "dilations", "must be 1 at N and C ([1,h,w,1]), got [1, 1, 1, 2]",
             dict(dilations=(1, 1, 1, 2)), kind="attr", in_onnx=False),
         bad("padding", (x, f, *p8), "padding", "'FULL' is not one of", dict(padding="FULL"), kind="attr",
             in_onnx=False),
         bad("explicit-without-8", (x, f, *p8), "explicit_paddings", "EXPLICIT padding needs 8 values",
             dict(padding="EXPLICIT", explicit_paddings=(0, 0, 1, 1)), kind="attr",
-            onnx_attrs=dict(pads=(1, 1, -1, 0)), onnx_message=f"{NAME}: argument 'pads': "),
+            onnx_attrs=dict(pads=(1, 1, -1, 0)),
+            onnx_message=f"{NAME}: argument 'pads': needs 4 non-negative values [top,left,bottom,right], got [1,1,-1,0]"),
     ]
 
 
