@@ -316,7 +316,6 @@ def _must_exist(arg, path):
         raise ModelSourceError(f"no such file: {arg}")
 
 
-def _keras_infos(model) -> Tuple[List[TensorInfo], List[str]]:
 def keras_input_names(model) -> List[str]:
     """The names of `model.inputs` (Keras' flattened order), from the model's
     input structure: a dict input is named by its key (keras_hub backbones take
@@ -352,6 +351,7 @@ def keras_call_args(model, flat: Sequence):
     return flat if len(flat) > 1 else flat[0]
 
 
+def _keras_infos(model) -> Tuple[List[TensorInfo], List[str]]:
     vocab = _embedding_sizes(model)
     inputs = [TensorInfo(name, tuple(None if d is None else int(d) for d in t.shape), np.dtype(t.dtype).name,
                          vocab.get(id(t)))
@@ -381,7 +381,6 @@ def _embedding_sizes(model) -> Dict[int, int]:
     return sizes
 
 
-def _dict_output_keys(model) -> Optional[List[str]]:
 def _vocabulary(layer) -> Optional[int]:
     dims = [getattr(sub, "input_dim", None) for sub in [layer] + list(_sublayers(layer))
             if "Embedding" in [c.__name__ for c in type(sub).__mro__]]
@@ -399,6 +398,7 @@ def _sublayers(layer):
         return []
 
 
+def _dict_output_keys(model) -> Optional[List[str]]:
     """For a model that returns a dict: its keys, in Keras' flattening order
     (sorted: the order of model.outputs). `model.output_names` names the output
     layers instead, which need not be the keys the model returns."""
@@ -519,10 +519,6 @@ def _onnx_model(model, name) -> ModelSource:
     vocab = {}
     for node in model.graph.node:  # an integer input used as Gather indices into a table
         if node.op_type == "Gather" and len(node.input) == 2 and node.input[0] in init:
-    problems = external_data_problems(model, os.path.dirname(os.path.abspath(path)))
-    if problems:
-        raise ModelSourceError(f"refusing the ONNX file {path}: {first(problems)}; external data must be regular "
-                               f"files inside the model's folder (onnx's own rule)")
             axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
             vocab[node.input[1]] = int(init[node.input[0]].dims[axis])
     inputs = []

@@ -41,11 +41,21 @@ MODES = ("lowered", "custom")     # the first is the default
 SUFFIX = ".tflite"
 QUANTIZE = ("none", "float16", "dynamic")
 
-# The most error quantisation may add, as parity's atol: for every float output,
-# max|tflite - tf| <= bound * max(1, max|tf|). float16 weights keep ~3 significant
-# digits; int8 weights with per-call int8 activations ~2, compounded over the layers.
-# An export past its bound fails the check. Measured on YOLOv3-tiny and BERT (small
-# configs): see tests/test_tflite.py and the report in the README.
+# The most error quantisation may add, as parity's atol and rtol, element by
+# element like every bound: |tflite[i] - tf[i]| <= bound * max(1, |tf[i]|), so a
+# box is held to its own size and a probability to the bound itself. float16
+# weights keep ~3 significant digits; int8 weights with per-call int8 activations
+# ~2, compounded over the layers. An export past its bound fails the check.
+# Measured per element, worst of seeds 0-2 (bound in brackets):
+#   float16 [2e-2]: YOLOv3-tiny 96/416 boxes 0.0025/0.0063, probabilities 0.0017;
+#     BERT 2x128 / 4x256 layers 0.0038/0.0043.
+#   dynamic [0.25]: YOLOv3-tiny 96/416 boxes 0.051/0.165, probabilities 0.046;
+#     BERT 0.075/0.122.
+# Deep YOLOv3 (75 convolutions, random weights, width 0.25 at 128) is past both,
+# under this rule and under the old whole-output one alike: its raw heads carry
+# 0.047 (float16) and 0.73 (dynamic) absolute error, and a box's w = exp(tw)*anchor
+# turns that into the same relative error on the box (0.038 and 0.76); so its
+# quantised exports fail their check rather than pass with a bound that says nothing.
 QUANTIZE_BOUND: Dict[str, Optional[float]] = {"none": None, "float16": 2e-2, "dynamic": 0.25}
 # Why a custom-mode file is not run here (see the module docstring).
 NO_CUSTOM_KERNELS = "custom ops: no TFLite kernels here (--mode lowered runs anywhere)"
