@@ -45,3 +45,30 @@ def assert_close(op: str, got, ref, dtype="float32", scale: float = 1.0, what: s
 @pytest.fixture
 def close():
     return assert_close
+
+
+def rule_excess(got, ref, atol: float, rtol: float = 0.0) -> float:
+    """ops.md's rule written out here, independent of bridge.parity.compare (which
+    an exporter's own checks use): max over elements of |got - ref| /
+    max(atol * max(1, |ref|), rtol * |ref|); inf for a NaN or Inf anywhere (the
+    whole models of these tests have none)."""
+    g = np.asarray(got, np.float64)
+    r = np.asarray(ref, np.float64)
+    assert g.shape == r.shape, f"shape {g.shape} != reference {r.shape}"
+    if not (np.isfinite(g).all() and np.isfinite(r).all()):
+        return float("inf")
+    if g.size == 0:
+        return 0.0
+    return float(np.max(np.abs(g - r) / np.maximum(atol * np.maximum(1.0, np.abs(r)), rtol * np.abs(r))))
+
+
+def unfused_outputs(source, feeds) -> dict:
+    """The model as given (unfused) on `feeds`, called eagerly through Keras, not
+    through the exporters' traced functions: {output name: float64 array}.
+    `source`: a bridge.modelsource or a bridge.parity source of a Keras model."""
+    from bridge.modelsource import keras_call_args
+    model = source.keras_model() if hasattr(source, "keras_model") else source.model
+    out = model(keras_call_args(model, [feeds[i.name] for i in source.inputs]), training=False)
+    if not isinstance(out, dict):
+        out = dict(zip(source.output_names, out if isinstance(out, (list, tuple)) else [out]))
+    return {k: np.asarray(out[k], np.float64) for k in source.output_names}

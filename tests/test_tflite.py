@@ -18,7 +18,9 @@ from bridge.converters import export_tflite as ex
 from bridge.converters.fuse_layers import FusedConvBnLeaky, FusedLayerNormalization, FusedYoloDecode
 from bridge.exporting import OptionError
 from bridge.tflite_inspect import inspect_tflite
+from conftest import rule_excess, unfused_outputs
 
+FLOAT32 = 1e-4  # bridge parity's float32 default (atol = rtol), per element
 YOLO_ARGS = dict(input_shapes=["?,96,96,3"], config={"width": 0.25, "decode": True}, seed=3)
 BERT_ARGS = dict(input_shapes=["token_ids:?,16"], seed=3,
                  config={"layers": 2, "hidden": 64, "heads": 4, "intermediate": 128, "vocab_size": 500})
@@ -113,6 +115,22 @@ def bert():
     return modelsource.resolve("bert", **BERT_ARGS)
 
 
+def _recheck(result, source, bound):
+    """The written file, run here on the exporter's inputs (seed 0), against the
+    unfused Keras model called eagerly, under ops.md's rule with atol = rtol =
+    `bound` per element, computed here: {output: max abs error}. Never the
+    exporter's own `checks[].passed`."""
+    feeds = source.sample_inputs(seed=0)
+    with open(result.output, "rb") as f:
+        got = ex.run_tflite(f.read(), feeds)
+    ref = unfused_outputs(source, feeds)
+    assert sorted(got) == sorted(ref)
+    for name in ref:
+        excess = rule_excess(got[name], ref[name], bound, bound)
+        assert excess <= 1, f"{result.output} {name}: {excess:.3g}x the bound {bound:g} * max(1, |ref|)"
+    return {name: float(np.max(np.abs(got[name] - ref[name]))) for name in ref}
+
+
 def _expected_custom(source):
     """(op, attrs) of every fused layer of the fused model: what custom mode must keep."""
     from bridge.converters import fuse
@@ -146,8 +164,9 @@ def test_model_lowered_builtins_only_and_matches_tf(request, tmp_path, name):
         n_conv = sum(op == "YoloConvBnLeaky" for op, _ in _expected_custom(source))
         assert info.ops["LEAKY_RELU"] == n_conv and info.ops["CONV_2D"] >= n_conv, dict(info.ops)
     assert [c.output for c in result.checks] == source.output_names
-    for c in result.checks:  # against the UNFUSED Keras model in TensorFlow
-        assert c.passed and np.isfinite(c.max_abs_error), c
+    errors = _recheck(result, source, FLOAT32)
+    for c in result.checks:  # the exporter's own verdict agrees with the recomputed one
+        assert c.passed and c.max_abs_error == pytest.approx(errors[c.output], rel=0.01, abs=1e-6), (c, errors)
 
 
 @pytest.mark.parametrize("name", ["yolo", "bert"])
@@ -170,9 +189,11 @@ def test_quantized_export_within_stated_bound(bert, tmp_path, quantize):
     weights = inspect_tflite(quant.output).weights
     assert ("float16" if quantize == "float16" else "int8") in weights, weights
     assert quant.details["size"] < plain.details["size"]
+    plain_err = _recheck(plain, bert, FLOAT32)
+    quant_err = _recheck(quant, bert, ex.QUANTIZE_BOUND[quantize])
     for p, q in zip(plain.checks, quant.checks):
-        assert q.passed, f"{quantize} error {q.max_abs_error} exceeds its bound {q.allowed}"
-        assert q.max_abs_error > p.max_abs_error  # quantisation did something, and it is reported
+        assert q.passed and q.max_abs_error == pytest.approx(quant_err[q.output], rel=0.01), (q, quant_err)
+        assert quant_err[q.output] > 10 * plain_err[p.output], (quant_err, plain_err)  # quantisation did something
 
 
 def test_parity_runtimes_resize_and_report_quantisation(yolo):
