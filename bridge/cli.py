@@ -33,9 +33,37 @@ def parser() -> argparse.ArgumentParser:
     for mod in _command_modules():
         sp = sub.add_parser(mod.NAME, help=mod.HELP, description=getattr(mod, "DESCRIPTION", mod.HELP))
         mod.add_arguments(sp)
+        if getattr(mod, "USES_TENSORFLOW", True) or getattr(mod, "TAKES_TEAM_OPS", False):
+            _add_team_op_arguments(sp)
         sp.set_defaults(_run=mod.run, _uses_tensorflow=getattr(mod, "USES_TENSORFLOW", True),
                         _uses_tf_ops=getattr(mod, "USES_TF_OPS", False))
     return p
+
+
+def _add_team_op_arguments(sp) -> None:
+    g = sp.add_argument_group("a team's own ops")
+    g.add_argument("--op-spec", action="append", default=[], metavar="FILE",
+                   help="a Python file defining SPEC (a bridge.ops.OpSpec) for an op of your own; repeatable")
+    g.add_argument("--op-library", action="append", default=[], metavar="LIB",
+                   help="its TensorFlow kernel library (.so, or its CMake folder, built here), loaded before "
+                        "the model; repeatable")
+
+
+def _load_team_ops(args, tensorflow_loaded: bool) -> None:
+    """--op-spec files before any layer is imported; --op-library once TF is."""
+    from bridge import ops
+    if not tensorflow_loaded:
+        ops.load_entry_points()
+        for path in getattr(args, "op_spec", None) or ():
+            ops.load_spec_file(path)
+        return
+    from bridge import tf_ops
+    from bridge.tf_ops.team_ops import TeamOpError
+    for path in getattr(args, "op_library", None) or ():
+        try:
+            tf_ops.load_op_library(path)
+        except TeamOpError as e:
+            raise UsageError(str(e)) from None
 
 
 def _build_error(e: BaseException):
@@ -55,17 +83,24 @@ def _build_error(e: BaseException):
 def main(argv=None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     args = parser().parse_args(argv)
+    from bridge.ops import SpecError
     try:
+        _load_team_ops(args, tensorflow_loaded=False)
         if args._uses_tensorflow:
             from bridge.quiet import import_tensorflow
             import_tensorflow(verbose=bool(getattr(args, "verbose", False)))
-        if args._uses_tf_ops:
+        if args._uses_tf_ops or getattr(args, "op_library", None):
             # Built (on first use) before any model is traced, so that a failed
             # build is its own short message, not one wrapped in Keras' traceback.
             import bridge.tf_ops  # noqa: F401
+        if args._uses_tensorflow:
+            _load_team_ops(args, tensorflow_loaded=True)
         return int(args._run(args) or 0)
     except UsageError as e:
         print(f"bridge {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except SpecError as e:
+        print(f"bridge {args.command}: error: bad op spec: {e}", file=sys.stderr)
         return 2
     except Exception as e:
         build_error = _build_error(e)

@@ -478,6 +478,9 @@ def _savedmodel(path) -> ModelSource:
     try:
         obj = tf.saved_model.load(path)
     except Exception as e:
+        missing = _unregistered_op(str(e))
+        if missing:
+            raise ModelSourceError(_unregistered_op_message(path, missing)) from None
         raise ModelSourceError(f"cannot load the SavedModel {path}: {type(e).__name__}: {str(e).splitlines()[0]}") from None
     if "serving_default" not in getattr(obj, "signatures", {}):
         raise ModelSourceError(f"the SavedModel {path} has no 'serving_default' signature; save it with "
@@ -485,6 +488,21 @@ def _savedmodel(path) -> ModelSource:
     src = _savedmodel_object(obj, _stem(path))
     src.path = path
     return src
+
+
+def _unregistered_op(message: str):
+    import re
+    m = re.search(r"Op type not registered '([A-Za-z0-9_>]+)'", message)
+    return m.group(1) if m else None
+
+
+def _unregistered_op_message(path, op: str) -> str:
+    from bridge import ops
+    if op in ops.SPECS:
+        return (f"the SavedModel {path} uses the op {op} (spec from {ops.ORIGINS[op]}), whose TensorFlow kernel is "
+                f"not loaded: give its library with --op-library LIB.so (or the library's CMake folder)")
+    return (f"the SavedModel {path} uses the op {op}, which no loaded library registers: give its TensorFlow kernel "
+            f"library with --op-library LIB.so and its spec with --op-spec FILE.py")
 
 
 def _savedmodel_object(obj, name) -> ModelSource:

@@ -154,8 +154,8 @@ def unsupported_nodes(model, opset: int) -> Dict[str, List[str]]:
     for node in all_nodes(model.graph):
         domain = node.domain or ""
         ok = False
-        if domain == specs.DOMAIN:
-            ok = node.op_type in specs.SPECS
+        if domain in specs.domains():
+            ok = specs.for_node(domain, node.op_type) is not None
         elif (domain, node.op_type) in local:
             ok = True
         elif domain in ("", "ai.onnx", "ai.onnx.ml"):

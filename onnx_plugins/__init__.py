@@ -22,8 +22,8 @@ from typing import Dict, Iterable, List, Optional, Sequence, Union
 from bridge import ops as _specs
 
 from . import schemas
-from .functions import (MAX_OPSET, MIN_FUNCTION_OPSET, MIN_INLINE_OPSET, add_functions, function_proto,
-                        inline_custom_ops, op_module)
+from .functions import (MAX_OPSET, MIN_FUNCTION_OPSET, MIN_INLINE_OPSET, default_opset, add_functions,
+                        function_proto, inline_custom_ops, op_module)
 
 schemas.register_all()
 
@@ -124,8 +124,8 @@ def _fastest(op: str) -> str:
 def native_ops(kernels: Union[str, Iterable[str]] = "fastest") -> List[str]:
     """The op types whose native kernel a session with `kernels` uses."""
     if isinstance(kernels, str):
-        if kernels == "all":
-            return [s.name for s in _specs.all_specs()]
+        if kernels == "all":  # every op bridge's kernel library has (a team's ops run their bodies)
+            return [s.name for s in _specs.all_specs() if _specs.is_builtin(s)]
         if kernels == "none":
             return []
         if kernels == "fastest":
@@ -175,7 +175,11 @@ def session(model_or_path, *, kernels: Union[str, Sequence[str]] = "fastest", th
         else:
             # the model goes as bytes: onnxruntime resolves its external data against this folder
             so.add_session_config_entry(EXTERNAL_DATA_FOLDER_KEY, os.path.dirname(path))
-        source = add_functions(model).SerializeToString()
+        missing = _ops_without_body(model, names)
+        if default_opset(model) < MIN_FUNCTION_OPSET:  # too old for generic functions: the nodes' own bodies
+            source = inline_custom_ops(model, only=missing).SerializeToString()
+        else:
+            source = add_functions(model).SerializeToString()
     else:
         source = path if path is not None else model.SerializeToString()
     if threads:
@@ -201,8 +205,8 @@ def _has_config(so, key: str) -> bool:
 def _ops_without_body(model, native: Sequence[str]) -> set:
     """com.bridge op types the model uses that have neither a native kernel in
     this session nor a model-local function."""
-    used = {n.op_type for n in model.graph.node if n.domain == _specs.DOMAIN}
-    have = {f.name for f in model.functions if f.domain == _specs.DOMAIN}
+    used = {n.op_type for n in model.graph.node if _specs.for_node(n.domain, n.op_type)}
+    have = {f.name for f in model.functions if _specs.for_node(f.domain, f.name)}
     return used - set(native) - have
 
 

@@ -46,7 +46,11 @@ class Ref:
 
 
 def op_module(spec: OpSpec):
-    """The op's module in this package (`<spec.module>.py`)."""
+    """The op's module in this package (`<spec.module>.py`); for a team's op, one
+    made from its spec (its `body` and a reference kernel)."""
+    if not specs.is_builtin(spec):
+        from .reference import team_op_module
+        return team_op_module(spec)
     return importlib.import_module(f"{__package__}.{spec.module}")
 
 
@@ -95,6 +99,10 @@ class Body:
         node.attribute.extend(self._attr(k, v) for k, v in attrs.items())
         self.nodes.append(node)
         return outs[0] if len(outs) == 1 and out is None or isinstance(out, str) else outs
+
+    def ref(self, name: str) -> Ref:
+        """The calling node's attribute `name` (for bodies written outside this package)."""
+        return Ref(name)
 
     def const(self, value, dtype="int64") -> str:
         return self.op("Constant", value=numpy_helper.from_array(np.asarray(value, dtype=dtype)))
@@ -181,7 +189,7 @@ def function_proto(spec_or_name, opset: int, dtype=None) -> onnx.FunctionProto:
 
 # -- models -----------------------------------------------------------------------
 
-def _default_opset(model: onnx.ModelProto) -> int:
+def default_opset(model: onnx.ModelProto) -> int:
     for o in model.opset_import:
         if o.domain in ("", "ai.onnx"):
             return o.version
@@ -202,9 +210,8 @@ def all_nodes(graph: onnx.GraphProto):
 
 
 def _custom_nodes(model):
-    domain = specs.DOMAIN
     for node in all_nodes(model.graph):
-        if node.domain == domain and node.op_type in specs.SPECS:
+        if specs.for_node(node.domain, node.op_type) is not None:
             yield node
 
 
@@ -238,7 +245,7 @@ def add_functions(model: onnx.ModelProto, opset: Optional[int] = None) -> onnx.M
     node's attribute defaults explicitly (ReferenceEvaluator ignores a
     function's defaults). `opset` defaults to the model's. Returns the model
     (changed in place)."""
-    opset = opset or _default_opset(model)
+    opset = opset or default_opset(model)
     used: Dict[str, set] = {}
     types = _elem_types(model) if opset < CASTLIKE_OPSET else {}
     for node in _custom_nodes(model):
@@ -252,7 +259,7 @@ def add_functions(model: onnx.ModelProto, opset: Optional[int] = None) -> onnx.M
                                       if not (a.is_list and not value) else
                                       onnx.AttributeProto(name=a.name, type=_ONNX_ATTR_TYPE[a.type]))
         used.setdefault(spec.name, set()).add(_node_dtype(spec, node, types) if types else None)
-    keep = [f for f in model.functions if not (f.domain == specs.DOMAIN and f.name in used)]
+    keep = [f for f in model.functions if not (specs.for_node(f.domain, f.name) and f.name in used)]
     del model.functions[:]
     model.functions.extend(keep)
     for name, dtypes in used.items():
@@ -262,8 +269,8 @@ def add_functions(model: onnx.ModelProto, opset: Optional[int] = None) -> onnx.M
                              f"{CASTLIKE_OPSET} a function body is typed. Fix: export at opset >= {CASTLIKE_OPSET}, "
                              f"or use inline_custom_ops")
         model.functions.append(function_proto(name, opset, dtype=next(iter(dtypes))))
-    if used:
-        _set_opset(model, specs.DOMAIN, specs.DOMAIN_VERSION)
+    for domain in sorted({specs.get(name).domain for name in used}):
+        _set_opset(model, domain, specs.domains()[domain])
     return model
 
 
@@ -275,11 +282,12 @@ def _set_opset(model, domain, version):
     model.opset_import.append(helper.make_opsetid(domain, version))
 
 
-def inline_custom_ops(model: onnx.ModelProto, opset: Optional[int] = None) -> onnx.ModelProto:
+def inline_custom_ops(model: onnx.ModelProto, opset: Optional[int] = None,
+                      only: Optional[Sequence[str]] = None) -> onnx.ModelProto:
     """A copy of `model` with every com.bridge node replaced by its body, attribute
     values written in (no com.bridge node, function or opset_import left). Works
     down to opset 11."""
-    opset = opset or _default_opset(model)
+    opset = opset or default_opset(model)
     out = onnx.ModelProto()
     out.CopyFrom(model)
     types = _elem_types(out)
@@ -294,10 +302,10 @@ def inline_custom_ops(model: onnx.ModelProto, opset: Optional[int] = None) -> on
                 elif a.type == onnx.AttributeProto.GRAPHS:
                     for g in a.graphs:
                         rewrite(g)
-            if node.domain != specs.DOMAIN or node.op_type not in specs.SPECS:
+            spec = specs.for_node(node.domain, node.op_type)
+            if spec is None or (only is not None and spec.name not in only):
                 new_nodes.append(node)
                 continue
-            spec = specs.get(node.op_type)
             counter[0] += 1
             prefix = f"{node.name or spec.module}__{counter[0]}/"
             dtype = types.get(node.input[0]) if node.input else None
@@ -311,12 +319,14 @@ def inline_custom_ops(model: onnx.ModelProto, opset: Optional[int] = None) -> on
         graph.node.extend(new_nodes)
 
     rewrite(out.graph)
-    keep = [f for f in out.functions if not (f.domain == specs.DOMAIN and f.name in specs.SPECS)]
+    keep = [f for f in out.functions if specs.for_node(f.domain, f.name) is None or (only is not None and
+                                                                                   f.name not in only)]
     del out.functions[:]
     out.functions.extend(keep)
-    if not any(n.domain == specs.DOMAIN for n in all_nodes(out.graph)) and \
-            not any(n.domain == specs.DOMAIN for f in out.functions for n in f.node):
-        keep_ops = [o for o in out.opset_import if o.domain != specs.DOMAIN]
+    still = {n.domain for n in all_nodes(out.graph)} | {n.domain for f in out.functions for n in f.node}
+    gone = set(specs.domains()) - still
+    if gone:
+        keep_ops = [o for o in out.opset_import if o.domain not in gone]
         del out.opset_import[:]
         out.opset_import.extend(keep_ops)
     return out

@@ -92,6 +92,8 @@ def _dispatcher(mod):
 composite = types.SimpleNamespace()
 _op_modules = {}
 for _spec in _specs.all_specs():
+    if not _specs.is_builtin(_spec):
+        continue  # a team's op: its kernel comes with load_op_library (team_ops.py)
     _mod = importlib.import_module(f"{__name__}.{_spec.module}_op")
     _op_modules[_spec.name] = _mod
     globals()[_spec.module] = _dispatcher(_mod)
@@ -100,6 +102,17 @@ for _spec in _specs.all_specs():
 
 def op_module(name: str):
     return _op_modules[_specs.get(name).name]
+
+
+def load_op_library(path):
+    """Loads a team's TensorFlow op library (a .so, or a CMake folder built here
+    first) and makes `tf_ops.<module>(...)` of every spec'd op in it."""
+    from . import team_ops
+    library, found = team_ops.load(path)
+    for spec in found:
+        _op_modules[spec.name] = team_ops.wrapper_module(spec, library)
+        globals()[spec.module] = _op_modules[spec.name].op
+    return library
 
 
 def backend_status(spec) -> dict:
@@ -111,6 +124,9 @@ def backend_status(spec) -> dict:
         grad = "yes"
     except LookupError:
         grad = "no"
+    if not _specs.is_builtin(spec):
+        from . import team_ops
+        return team_ops.backend_status(spec, devices)
     return {
         "tf_cpu": "yes" if "CPU" in devices else "no",
         "tf_gpu": "yes" if "GPU" in devices else "not built (bridge build --cuda)",

@@ -20,6 +20,13 @@ def backend_status(spec) -> Dict[str, str]:
     registers every origin type both parser modes produce for this op."""
     from bridge.ascend.opp import package_files, plugin_file
     from bridge.ascend.origins import PARSERS, expected_origins, registered_in_source
+    from bridge.ascend.builtin import supported_specs
+    if spec not in supported_specs():
+        from bridge.ascend.builtin import decomposition
+        try:
+            decomposition(spec.name)
+        except ValueError as e:
+            return {"ascend": f"no: {e}"[:80]}
     try:
         source = package_files()[plugin_file(spec)]
     except Exception as e:  # the table shows why instead of failing

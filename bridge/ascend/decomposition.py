@@ -166,6 +166,7 @@ KINDS = {
     "Const": (0, ("value", "dtype", "shape")),
     "Add": (2, ()), "Sub": (2, ()), "Mul": (2, ()), "Div": (2, ()),
     "Sqrt": (1, ()), "Sigmoid": (1, ()), "Exp": (1, ()),
+    "Erf": (1, ()), "Tanh": (1, ()), "Relu": (1, ()), "Neg": (1, ()), "Abs": (1, ()), "Pow": (2, ()),
     "LeakyRelu": (1, ("alpha",)),
     "Transpose": (1, ("perm",)),
     "Conv": (3, ("strides", "pads", "dilations")),

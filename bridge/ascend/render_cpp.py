@@ -29,6 +29,8 @@ GE_OPS = {
     "Add": ("Add", ("x1", "x2")), "Sub": ("Sub", ("x1", "x2")),
     "Mul": ("Mul", ("x1", "x2")), "Div": ("Div", ("x1", "x2")),
     "Sqrt": ("Sqrt", ("x",)), "Sigmoid": ("Sigmoid", ("x",)), "Exp": ("Exp", ("x",)),
+    "Erf": ("Erf", ("x",)), "Tanh": ("Tanh", ("x",)), "Relu": ("Relu", ("x",)), "Neg": ("Neg", ("x",)),
+    "Abs": ("Abs", ("x",)), "Pow": ("Pow", ("x1", "x2")),
     "LeakyRelu": ("LeakyRelu", ("x",)),
     "Transpose": ("Transpose", ("x",)),
     "Conv": ("Conv2D", ("x", "filter", "bias")),

@@ -57,7 +57,8 @@ def _emit(step: Step, ins, outs, base, attrs, opset, nodes, inits):
         inits.append(numpy_helper.from_array(np.asarray(array), name))
         return name
 
-    if k in ("Add", "Sub", "Mul", "Div", "Sqrt", "Sigmoid", "Exp", "Shape", "Range", "Reshape"):
+    if k in ("Add", "Sub", "Mul", "Div", "Sqrt", "Sigmoid", "Exp", "Shape", "Range", "Reshape", "Erf", "Tanh", "Relu",
+             "Neg", "Abs", "Pow"):
         node(k, ins, outs)
     elif k == "LeakyRelu":
         node("LeakyRelu", ins, outs, alpha=float(p["alpha"]))

@@ -1,18 +1,21 @@
 """The op contracts (ops.md) as data: one `OpSpec` per op, with its numpy float64
 reference. Every other layer reads names, attributes, defaults and dtypes from here.
 
+bridge's own ops are the modules of this package that define `SPEC` (found, not
+listed: a new op is one new module); a team's ops come from `load_spec_file`
+(`--op-spec FILE`) or the `bridge.ops` entry point group (registry.py).
+
 This package imports nothing heavier than numpy.
 """
 from __future__ import annotations
 
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
 from .spec import DOMAIN, DOMAIN_VERSION, REQUIRED, Arg, Attr, OpError, OpSpec, Tolerance
-from . import fused_layer_norm, yolo_conv_bn_leaky, yolo_decode
+from .registry import ORIGINS, SPECS, SpecError, is_builtin, load_entry_points, load_spec_file
+from . import registry as _registry
 
-# The registry. Adding an op: one module here with a SPEC, then one file per layer.
-_MODULES = (fused_layer_norm, yolo_conv_bn_leaky, yolo_decode)
-SPECS: Dict[str, OpSpec] = {m.SPEC.name: m.SPEC for m in _MODULES}
+_registry.load_builtins()
 
 
 def all_specs() -> Tuple[OpSpec, ...]:
@@ -27,5 +30,16 @@ def get(name: str) -> OpSpec:
     raise KeyError(f"unknown op {name!r}; known: {sorted(SPECS)}")
 
 
+def for_node(domain: str, op_type: str) -> Optional[OpSpec]:
+    """The spec of an ONNX node (or function) of a spec'd op, else None."""
+    spec = SPECS.get(op_type)
+    return spec if spec is not None and spec.domain == (domain or "ai.onnx") else None
+
+
+def domains() -> Dict[str, int]:
+    """Every custom ONNX domain an op lives in, with its version."""
+    return {s.domain: s.domain_version for s in SPECS.values()}
+
+
 __all__ = ["DOMAIN", "DOMAIN_VERSION", "REQUIRED", "Arg", "Attr", "OpError", "OpSpec", "Tolerance",
-           "SPECS", "all_specs", "get"]
+           "SPECS", "ORIGINS", "SpecError", "all_specs", "domains", "for_node", "get", "is_builtin", "load_spec_file", "load_entry_points"]

@@ -17,7 +17,6 @@ from typing import Any, Dict, Tuple
 
 from bridge.parity.runtime import Unavailable
 
-CUSTOM_DOMAIN = "com.bridge"
 
 
 def custom_opset() -> int:
@@ -150,7 +149,8 @@ def with_data(model, external: Dict[str, bytes]) -> Any:
 
 
 def has_custom_nodes(model) -> bool:
-    return any(n.domain == CUSTOM_DOMAIN for n in model.graph.node)
+    from bridge import ops
+    return any(ops.for_node(n.domain, n.op_type) is not None for n in model.graph.node)
 
 
 def inline(model) -> Any:

@@ -8,11 +8,27 @@ from functools import lru_cache
 
 from bridge import ops
 from bridge.ascend.decomposition import Decomposition
+from bridge.ascend.from_body import UnmappedOp, decomposition_from_body
+
+
+def supported_specs():
+    """The ops with a GE decomposition: bridge's own, and a team's whose ONNX
+    body maps onto GE operators (from_body.py)."""
+    out = []
+    for spec in ops.all_specs():
+        try:
+            decomposition(spec.name)
+        except UnmappedOp:
+            continue
+        out.append(spec)
+    return tuple(out)
 
 
 @lru_cache(maxsize=None)
 def decomposition(name: str) -> Decomposition:
     spec = ops.get(name)
+    if not ops.is_builtin(spec):  # a team's op: derived from its one decomposition
+        return decomposition_from_body(spec)
     module = importlib.import_module(f"{__name__}.{spec.module}")
     g = Decomposition(spec)
     module.build(g)

@@ -26,6 +26,13 @@ class GE(OnnxRuntime):
 
     def onnx_model(self, source):
         model = super().onnx_model(source)
+        from bridge import ops
+        from bridge.parity.runtime import Unavailable
+        team = sorted({n.op_type for n in model.graph.node
+                       if (s := ops.for_node(n.domain, n.op_type)) is not None and not ops.is_builtin(s)})
+        if team:  # this route runs bridge's native kernels; a team op has none here
+            raise Unavailable(f"{', '.join(team)} has no onnxruntime kernel here to stand in for its Ascend kernel "
+                              f"(the ge-builtin row checks its GE expansion)")
         note = getattr(source, "ge_opset_note", "")
         if note:
             self.description = self.description.replace(f"ATC opset {DEFAULT_OPSET}", f"ATC {note}")

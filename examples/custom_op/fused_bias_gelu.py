@@ -1,0 +1,68 @@
+"""FusedBiasGelu: y = gelu(x + bias), the exact (erf) GELU, as one op.
+
+A team's own fused op described once for bridge: this file is the whole op
+(tensors, attributes, dtypes, tolerances, shape function, numpy float64
+reference, and its one decomposition into standard ONNX ops). Give it to bridge
+with `--op-spec examples/custom_op/fused_bias_gelu.py`, and the TensorFlow
+kernel that a SavedModel needs with `--op-library libfused_bias_gelu.so`.
+
+Like bridge's own specs, it imports nothing heavier than numpy.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from bridge.ops import Arg, OpError, OpSpec, Tolerance
+from bridge.ops.spec import dims
+
+NAME = "FusedBiasGelu"
+
+
+def _infer(x, bias):
+    """y has the shape of x; bias is [C], C the last dim of x."""
+    if x is not None and len(x) == 0:
+        raise OpError(NAME, "x", "must have rank >= 1, got a scalar (shape [])")
+    c = None if x is None else x[-1]
+    if bias is not None:
+        if len(bias) != 1 or (c is not None and bias[0] is not None and bias[0] != c):
+            raise OpError(NAME, "bias", f"must have shape [C]={dims((c,))} (the last dim of x {dims(x)}), "
+                          f"got {dims(bias)}")
+    return (x,)
+
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def _reference(x, bias):
+    z = x + bias
+    return 0.5 * z * (1.0 + _erf(z / math.sqrt(2.0)))
+
+
+def _body(b, x, bias, *, outputs):
+    """The decomposition: Add, Mul, Erf, Add, Mul, Mul (onnx_plugins' Body API)."""
+    (y,) = outputs
+    z = b.op("Add", x, bias)
+    e = b.op("Erf", b.op("Mul", z, b.like(b.const(1.0 / math.sqrt(2.0), "float32"), x)))
+    half_z = b.op("Mul", z, b.like(b.const(0.5, "float32"), x))
+    b.op("Mul", half_z, b.op("Add", e, b.like(b.const(1.0, "float32"), x)), out=y)
+
+
+SPEC = OpSpec(
+    name=NAME,
+    module="fused_bias_gelu",
+    doc="y = gelu(x + bias) with the exact erf GELU, over the last axis's bias.",
+    inputs=(Arg("x", "[..., C], rank >= 1"), Arg("bias", "[C]")),
+    outputs=(Arg("y", "same shape as x"),),
+    attrs=(),
+    onnx_attrs=(),
+    dtypes=("float32", "float16"),
+    tolerance={"float32": Tolerance(1e-5), "float16": Tolerance(3e-3)},
+    _reference=_reference,
+    _infer=_infer,
+    _to_onnx=lambda _shapes=None, **attrs: dict(attrs),
+    _from_onnx=lambda **attrs: dict(attrs),
+    domain="com.example",
+    body=_body,
+)
