@@ -196,6 +196,25 @@ def test_quantized_export_within_stated_bound(bert, tmp_path, quantize):
         assert quant_err[q.output] > 10 * plain_err[p.output], (quant_err, plain_err)  # quantisation did something
 
 
+@pytest.mark.parametrize("quantize", ["float16", "dynamic"])
+def test_quantised_bound_is_per_element(quantize):
+    """The exporter's check and the parity runtime hold a 2.4 px box to 2.4 px
+    times the bound, not to the 600 px box beside it (ops.md's rule)."""
+    from bridge.converters.stages import compare_outputs
+    from bridge.parity import compare as cmp
+    from bridge.parity.runtimes import discover
+    bound = ex.QUANTIZE_BOUND[quantize]
+    ref = np.array([[600.0, 2.4, 0.5, 0.25]], np.float32)
+    allowed = bound * np.maximum(1.0, ref)
+    runtime = cmp.Tolerance(*discover()[0][f"tflite-{quantize}"].tolerance)
+    for i in range(ref.size):
+        for factor, passes in ((0.9, True), (1.1, False)):
+            got = ref.astype(np.float64)
+            got[0, i] += factor * allowed[0, i]
+            [check] = compare_outputs({"y": got}, {"y": ref}, bound=bound)
+            assert check.passed == passes and cmp.compare(got, ref, runtime).passed == passes, (i, factor, check)
+
+
 def test_parity_runtimes_resize_and_report_quantisation(yolo):
     from bridge.parity.runner import run_parity
     report = run_parity(yolo.model, runtimes=["tflite", "tflite-float16", "tflite-dynamic"], batch=2)
