@@ -6,6 +6,9 @@
 // a per-node object, and drops the status each returns (custom_op_dispatcher in
 // LiteRT: Init's result is not kept, Prepare fails only when resizing an output
 // fails). So:
+//  - A file bridge's runtime loads is marked first (bridge/litert/aligned.py):
+//    node k has `_bridge_node: k` in its options and a last constant input of
+//    shape [k + 1], so every callback knows its node. In an unmarked file:
 //  - Init is called once per node, in node order: the op keeps a list of nodes.
 //  - GetOutputLayouts and Run come in execution order, a node's prepare before
 //    its run; the next node to prepare after a run is the next node to run
@@ -19,6 +22,7 @@
 #define BRIDGE_LITERT_COMMON_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -100,6 +104,7 @@ struct OpState {
   KernelSet* set = nullptr;
   std::vector<std::unique_ptr<Node>> nodes;  // null where Init failed
   std::vector<std::string> init_errors;
+  std::map<int64_t, size_t> marked;  // _bridge_node -> index in nodes
   size_t next_prepare = 0, next_run = 0, destroyed = 0;
   bool last_was_run = false;
 };

@@ -119,11 +119,26 @@ void KernelSet::fail(const std::string& message) {
 
 namespace {
 
+const char* kMarkKey = "_bridge_node";  // bridge/litert/aligned.py: MARK_KEY
+
+// The node a marked call is for (its last input has shape [k + 1]), else `fallback`.
+size_t marked_node(const OpState* st, size_t num_inputs, int64_t mark_dim, size_t fallback) {
+  if (num_inputs != st->def->num_inputs + 1) return fallback;
+  auto it = st->marked.find(mark_dim - 1);
+  return it == st->marked.end() ? st->nodes.size() : it->second;  // an unknown mark: no node
+}
+
 LiteRtStatus Init(void* user, const void* data, size_t size) {
   auto* st = static_cast<OpState*>(user);
   std::lock_guard<std::mutex> lock(st->set->mu);
   try {
-    Attrs attrs(st->def->name, flex::ReadMap(data, size));
+    flex::Map map = flex::ReadMap(data, size);
+    auto mark = map.find(kMarkKey);
+    if (mark != map.end() && mark->second.kind == flex::Value::kInt) {
+      st->marked[mark->second.i] = st->nodes.size();
+      map.erase(mark);
+    }
+    Attrs attrs(st->def->name, std::move(map));
     st->nodes.push_back(st->def->create(attrs));
     st->init_errors.emplace_back();
   } catch (const std::exception& e) {
@@ -145,9 +160,17 @@ LiteRtStatus GetOutputLayouts(void* user, size_t ni, const LiteRtLayout* in, siz
   if (k >= count) k = 0;
   st->next_prepare = k + 1;
   st->last_was_run = false;
+  const bool is_marked = ni == st->def->num_inputs + 1 && in[ni - 1].rank == 1;
+  if (is_marked) {
+    k = marked_node(st, ni, in[ni - 1].dimensions[0], k);
+    --ni;
+  }
   std::string error;
   if (count == 0) {
     error = std::string(st->def->name) + ": prepared before any node was initialised";
+  } else if (k >= count) {
+    error = std::string(st->def->name) + ": a node marked " + std::to_string(in[ni].dimensions[0] - 1) +
+            " was never initialised";
   } else if (!st->nodes[k]) {
     error = st->init_errors[k];
   } else if (ni != st->def->num_inputs || no != st->def->num_outputs) {
@@ -202,8 +225,14 @@ LiteRtStatus Run(void* user, size_t ni, const LiteRtTensorBuffer* in, size_t no,
     k = st->next_run < count ? st->next_run : 0;
     st->next_run = k + 1 < count ? k + 1 : 0;
     st->last_was_run = true;
-    if (count == 0 || !st->nodes[k]) {
-      st->set->fail(count ? st->init_errors[k] : std::string(st->def->name) + ": run before Init");
+    if (ni == st->def->num_inputs + 1) {  // marked: the node from the marker's shape
+      LiteRtRankedTensorType t;
+      if (LiteRtGetTensorBufferTensorType(in[ni - 1], &t) == kBridgeLiteRtOk && t.layout.rank == 1)
+        k = marked_node(st, ni, t.layout.dimensions[0], k);
+      --ni;
+    }
+    if (count == 0 || k >= count || !st->nodes[k]) {
+      st->set->fail(count && k < count ? st->init_errors[k] : std::string(st->def->name) + ": run before Init");
       return kBridgeLiteRtInvalidArgument;
     }
   }
@@ -231,6 +260,7 @@ LiteRtStatus Destroy(void* user) {
   if (++st->destroyed >= st->nodes.size()) {  // every node freed: ready for another model
     st->nodes.clear();
     st->init_errors.clear();
+    st->marked.clear();
     st->next_prepare = st->next_run = st->destroyed = 0;
     st->last_was_run = false;
   }

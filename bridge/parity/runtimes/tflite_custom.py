@@ -1,0 +1,42 @@
+"""`tflite-custom`: the `--mode custom` TFLite export (the fused ops as CUSTOM
+nodes) on LiteRT's CompiledModel (CPU) with bridge's LiteRT kernels
+(bridge/litert): the only runtime here that checks that road numerically. On by
+default; Unavailable (with the reason) where the kernels do not build or pass
+their self-test. The export is shared with the other TFLite runtimes
+(`tflite.exported`). No per-layer mode: the CompiledModel exposes signature
+outputs only."""
+from __future__ import annotations
+
+from typing import Dict, Mapping
+
+import numpy as np
+
+from bridge.parity.runtime import Runtime, Unavailable
+from bridge.parity.runtimes.tflite import exported
+
+
+class TFLiteCustom(Runtime):
+    name = "tflite-custom"
+    description = "custom-mode TFLite export (fused ops as custom ops) on LiteRT with bridge's kernels"
+    order = 63
+    kinds = ("keras", "savedmodel")
+
+    def prepare(self, source):
+        super().prepare(source)
+        from bridge import native
+        try:
+            from bridge.litert import runtime
+            runtime.library()
+        except native.BuildError as e:
+            raise Unavailable(f"bridge's LiteRT kernels: {str(e).splitlines()[0]}") from None
+        data = exported(source, "custom", "none")
+        try:
+            self.model = runtime.Model(data, custom=True)
+        except runtime.LiteRTError as e:
+            raise Unavailable(f"LiteRT could not compile the custom-mode export: {e}") from None
+
+    def run(self, inputs: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        return self.outputs_by_name(self.model.run(inputs), self.model.outputs)
+
+
+RUNTIME = TFLiteCustom
