@@ -193,3 +193,37 @@ def test_the_library_registration_is_checked_against_the_spec():
         team_ops.check_registration(replace(spec, dtypes=("float32",)), str(lib))
     with pytest.raises(team_ops.TeamOpError, match="inputs"):
         team_ops.check_registration(replace(spec, inputs=spec.inputs[:1]), str(lib))
+
+
+def test_a_scaffolded_op_with_an_attribute_goes_over_the_roads(tmp_path):
+    """`bridge op new`'s files build as they are, and the op's attribute reaches
+    every runtime: a SavedModel with alpha=2.5, parity on every ONNX road."""
+    folder = tmp_path / "fused_bias_relu"
+    done = _bridge("op", "new", "FusedBiasRelu", "-o", folder)
+    assert done.returncode == 0, done.stderr[-3000:]
+    script = f"""
+import sys, numpy as np, tensorflow as tf
+from bridge import native
+lib = tf.load_op_library(str(native.op_library_build({str(folder)!r}).library(quiet=True)))
+class M(tf.Module):
+    @tf.function(input_signature=[tf.TensorSpec([2, 3, 5], tf.float32, name="x")])
+    def __call__(self, x):
+        return {{"y": lib.fused_bias_relu(x * 1.5, tf.constant(np.linspace(-1, 1, 5, dtype="float32")), alpha=2.5)}}
+m = M()
+tf.saved_model.save(m, sys.argv[1], signatures={{"serving_default": m.__call__}})
+"""
+    saved = tmp_path / "sm"
+    made = subprocess.run([sys.executable, "-c", script, str(saved)], capture_output=True, text=True, timeout=600)
+    assert made.returncode == 0, made.stderr[-3000:]
+    spec_file = folder / "fused_bias_relu.py"
+    onnx_out = tmp_path / "relu.onnx"
+    done = _bridge("export", saved, "--to", "onnx", "-o", onnx_out, "--op-spec", spec_file, "--op-library", folder)
+    assert done.returncode == 0, done.stderr[-3000:]
+    import onnx
+    import onnxruntime as ort
+    node = next(n for n in onnx.load(str(onnx_out)).graph.node if n.op_type == "FusedBiasRelu")
+    assert node.domain == "com.example" and [(a.name, round(a.f, 6)) for a in node.attribute] == [("alpha", 2.5)]
+    x = np.random.default_rng(3).standard_normal((2, 3, 5)).astype("float32")
+    (got,) = ort.InferenceSession(str(onnx_out), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    want = np.maximum(x.astype(np.float64) * 1.5 + np.linspace(-1, 1, 5), 0) * 2.5
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
