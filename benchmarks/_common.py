@@ -5,6 +5,7 @@ sys.path); imports neither TensorFlow nor onnxruntime itself.
 """
 from __future__ import annotations
 
+import os
 import time
 from typing import Callable, Dict, Hashable, Mapping, Optional, Sequence, Tuple
 
@@ -73,3 +74,23 @@ def chosen(parser, text: str, known: Sequence[str]) -> list:
     if unknown:
         parser.error(f"--only: unknown {unknown[0]!r}; choose from {', '.join(known)}")
     return names
+
+
+def machine_line() -> str:
+    """The line every benchmark table starts with: results differ between CPUs
+    (these machines have been AMD Zen 4 and Intel Sapphire Rapids), so each
+    table names its CPU and the native libraries' CPU flags."""
+    import sys
+    from bridge import native
+    parts = [f"CPU: {native.cpu_name()}", f"{os.cpu_count()} cores"]
+    for module, what in (("bridge.tf_ops", "tf_ops"), ("bridge.onnx_plugins", "ort")):
+        if module in sys.modules:
+            try:
+                lib = sys.modules["bridge.tf_ops"].library_path() if what == "tf_ops" else \
+                    sys.modules["bridge.onnx_plugins"].ort_library_path(build=False)
+                flags = native.read_build_info(lib).get("cpu_flags") if lib else None
+            except Exception:
+                flags = None
+            if flags is not None:
+                parts.append(f"{what} flags: {' '.join(flags) or 'none (portable)'}")
+    return "# " + "; ".join(parts)

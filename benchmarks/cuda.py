@@ -38,7 +38,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from _common import chosen, target_note  # noqa: E402
+from _common import chosen, target_note, machine_line  # noqa: E402
 from bridge import atomic, cuda  # noqa: E402
 from bridge.table import render  # noqa: E402
 
@@ -375,6 +375,7 @@ def main(argv=None) -> int:
     else:
         print(f"{env.name()}, torch {torch.__version__}; ms per call, median of {args.repeat} "
               f"rounds of {args.inner}; ratio = baseline / ours")
+        print(machine_line())
         print(render(["op", "shape", "dtype", "versus", "ours ms", "base ms", "ratio", "target", "rel err", "note"],
                      [[r["op"], r["shape"], r["dtype"], r["versus"], r["ours_ms"], r["base_ms"], r["ratio"],
                        target_note(r["ratio"], r["target"]), "" if r["err"] is None else f"{r['err']:.1e}", r["note"]]

@@ -26,7 +26,7 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from _common import parse_config_or_exit  # noqa: E402
+from _common import parse_config_or_exit, machine_line  # noqa: E402
 
 
 def plain_tf2onnx(model, source, path, opset):
@@ -108,6 +108,7 @@ def main(argv=None) -> int:
         return 0
     print(f"{args.model} at {args.input_size} ({params / 1e6:.1f} M parameters), opset {args.opset}, "
           f"median of {args.repeat}")
+    print(machine_line())
     print(render(["export", "seconds", "nodes", "MB", "speed vs tf2onnx"], rows))
     print("bridge stages: " + ", ".join(f"{k} {v:.1f} s" for k, v in stages.items()))
     print(f"bridge verify (TF vs onnxruntime native kernels): {statistics.median(verify):.1f} s, max abs error "

@@ -26,7 +26,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # noqa: E402
 
-from _common import alternating_medians, chosen, freeze, target_note  # noqa: E402
+from _common import alternating_medians, chosen, freeze, target_note, machine_line  # noqa: E402
 from bridge import models  # noqa: E402
 from bridge.converters import fuse  # noqa: E402
 from bridge.table import render  # noqa: E402
@@ -119,6 +119,7 @@ def main(argv=None):
         return 0
     table = [(r["model"], r["unfused"], f"{r['unfused_ms']:.1f}", r["fused"], f"{r['fused_ms']:.1f}",
               f"{r['fused_frozen_ms']:.1f}", f"{r['ratio']:.2f}x", r["target"], r["rounds"]) for r in rows]
+    print(machine_line())
     print(render(("model", "unfused", "ms", "fused", "ms", "fused frozen ms", "ratio", "target", "rounds"), table))
     print("ratio = unfused ms / fused ms (> 1: the fused model is faster); batch 1, medians")
     return 0

@@ -47,7 +47,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 
-from _common import alternating_medians, chosen, target_note  # noqa: E402
+from _common import alternating_medians, chosen, target_note, machine_line  # noqa: E402
 
 CASES = {"yolov3-416": ("yolov3", 416), "bert-128": ("bert", 128)}
 BERT_BASE = dict(hidden=768, heads=12, intermediate=3072)
@@ -325,6 +325,7 @@ def main(argv=None) -> int:
         for r in res["rows"]:
             table.append([r["model"], r["contender"], f"{r['ms']:.1f}", f"{r['vs_tf2onnx']:.2f}x", r["target"],
                           f"{r['max_err']:.1e}", "" if r["export_s"] is None else f"{r['export_s']:.1f}"])
+    print(machine_line())
     print(render(["model", "contender", "median ms", "vs tf2onnx", "target", "max err", "export s"], table))
     for res in results:
         plain = res["tf2onnx"]

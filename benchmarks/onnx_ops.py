@@ -25,7 +25,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from _common import alternating_medians
+from _common import alternating_medians, machine_line
 from bridge import onnx_plugins
 from bridge.onnx_plugins.one_op import one_op_model
 from bridge.table import render
@@ -120,6 +120,7 @@ def main(argv=None) -> int:
     if args.json:
         print(json.dumps({"threads": args.threads, "repeat": args.repeat, "rows": results}, indent=1))
         return 0
+    print(machine_line())
     print(render(["op", "shape", "road", "median ms", "vs native", "fastest"],
                  [[r["op"], r["shape"], r["road"], r["ms"], f"{r['vs_native']:.2f}x", "*" if r["fastest"] else ""]
                   for r in results]))

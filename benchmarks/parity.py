@@ -20,7 +20,7 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from _common import parse_config_or_exit  # noqa: E402
+from _common import parse_config_or_exit, machine_line  # noqa: E402
 
 MODES = {"outputs": False, "per-layer": True}
 
@@ -110,6 +110,7 @@ def main(argv=None) -> int:
         rows.append(["(whole process: import, build, run)", run["wall_s"], _mb(run["peak_rss_mb"])])
         print(f"{mode}: {'PASS' if run['passed'] else 'FAIL'}, {run['wall_s']:.1f} s wall, "
               f"peak RSS {_mb(run['peak_rss_mb'])} MB")
+        print(machine_line())
         print(render([f"stage ({mode})", "seconds", "peak RSS MB"], rows, align="lrr"))
         skipped = [f"{n}: {r['reason']}" for n, r in run["runtimes"].items() if r["status"] != "ok" and
                    r["status"] != "reference"]

@@ -36,7 +36,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from tensorflow.python.framework import op_def_registry  # noqa: E402
 
-from _common import chosen, freeze, median_pair, target_note  # noqa: E402
+from _common import chosen, freeze, median_pair, target_note, machine_line  # noqa: E402
 from bridge import ops as specs  # noqa: E402
 from bridge import tf_ops  # noqa: E402
 from bridge.table import render  # noqa: E402
@@ -300,6 +300,7 @@ def main(argv=None) -> int:
         print()
         return 0
     fmt = lambda v, spec: "-" if v is None else format(v, spec)
+    print(machine_line())
     print(render(["op", "shape", "mode", "versus", "ours ms", "baseline ms", "ratio", "target", "note"],
                  [[r["op"], r["shape"], r["mode"], r["versus"], fmt(r["ours_ms"], ".3f"), fmt(r["baseline_ms"], ".3f"),
                    "-" if r["ratio"] is None else f"{r['ratio']:.2f}x", r["target"], r["note"]] for r in rows]))

@@ -26,7 +26,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from _common import alternating_medians, chosen, freeze  # noqa: E402
+from _common import alternating_medians, chosen, freeze, machine_line  # noqa: E402
 from bridge import models, tf_ops  # noqa: E402
 from bridge.converters import fuse  # noqa: E402
 from bridge.table import render  # noqa: E402
@@ -144,6 +144,7 @@ def main(argv=None) -> int:
         print(json.dumps({"tensorflow": tf.__version__, "cpus": os.cpu_count(), "roads": ROADS, "rows": rows},
                          indent=1))
         return 0
+    print(machine_line())
     print(render(["what", "contender", "ms", "frozen/this", "rounds", "load"],
                  [[r["what"], r["contender"], f"{r['ms']:.2f}", f"{r['ratio']:.2f}x", r["rounds"], f"{r['load']:.1f}"]
                   for r in rows]))
