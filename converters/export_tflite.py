@@ -224,8 +224,9 @@ def _frozen(cf):
         def named(*args):
             return tf.nest.pack_sequence_as(structure, frozen(*args))
     else:
+        from .tf_graph import without_identity_n
         inputs = [t.name for t in cf.inputs if t.dtype != tf.resource]
-        outputs = [t.name for t in cf.outputs]
+        graph_def, outputs = without_identity_n(graph_def, [t.name for t in cf.outputs])
 
         def named(*args):
             outs = tf.graph_util.import_graph_def(graph_def, input_map=dict(zip(inputs, args)),

@@ -69,3 +69,36 @@ def constants_to_initializers(model, constants: Dict[str, np.ndarray], keep: Seq
     for v in moved:
         model.graph.input.remove(v)
     return len(moved)
+
+
+def without_identity_n(graph_def, names: Sequence[str] = ()):
+    """(graph_def without IdentityN nodes, `names` rewritten the same way).
+    tf.custom_gradient (Keras 3's swish/silu, as in EfficientNet and
+    MobileNetV3) leaves an IdentityN in the trace; the TFLite converter then
+    writes no SignatureDef at all. Each consumer of an IdentityN output reads
+    the matching input instead."""
+    nodes = {n.name: n for n in graph_def.node if n.op == "IdentityN"}
+    if not nodes:
+        return graph_def, list(names)
+
+    def source(ref: str) -> str:
+        control = ref.startswith("^")
+        name, _, index = ref.lstrip("^").partition(":")
+        while name in nodes:
+            data = [i for i in nodes[name].input if not i.startswith("^")]
+            ref = data[int(index or 0)] if not control else "^" + data[0].partition(":")[0]
+            name, _, index = ref.lstrip("^").partition(":")
+        return ref
+
+    from tensorflow.core.framework import graph_pb2
+    out = graph_pb2.GraphDef()
+    out.versions.CopyFrom(graph_def.versions)
+    out.library.CopyFrom(graph_def.library)
+    for n in graph_def.node:
+        if n.name in nodes:
+            continue
+        m = out.node.add()
+        m.CopyFrom(n)
+        del m.input[:]
+        m.input.extend(source(i) for i in n.input)
+    return out, [source(t) for t in names]

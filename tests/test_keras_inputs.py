@@ -159,3 +159,20 @@ def test_two_input_savedmodel_with_the_fused_ops(tmp_path):
     assert result.ok and sorted(c.output for c in result.checks) == ["boxes", "classes", "norm", "objectness"]
     assert result.details["custom_nodes"] == {"com.bridge::FusedLayerNorm": 1, "com.bridge::YoloConvBnLeaky": 1,
                                               "com.bridge::YoloDecode": 1}
+
+
+@pytest.mark.parametrize("activation", ["swish", "silu", "hard_swish"])
+def test_custom_gradient_activations_through_tflite(tmp_path, activation, rng):
+    """Keras 3's swish is a tf.custom_gradient (an IdentityN in the trace), after which TFLite
+    wrote no signature at all (EfficientNet, MobileNetV3); with Normalization constants too."""
+    pytest.importorskip("ai_edge_litert")
+    from bridge.converters import export_tflite
+    from bridge.exporting import quiet
+    x = keras.Input((5, 5, 3), name="x")
+    norm = keras.layers.Normalization(axis=-1)
+    norm.adapt(rng.standard_normal((8, 5, 5, 3)).astype("float32") * 3 + 2)
+    y = keras.layers.Activation(activation)(keras.layers.Conv2D(4, 3)(norm(x)))
+    model = keras.Model(x, {"a": keras.layers.Conv2D(2, 1)(y), "b": y})
+    src = modelsource.from_object(model, input_shapes={"x": (2, 5, 5, 3)})
+    result = export_tflite.export(src, str(tmp_path / "n.tflite"), mode="lowered", progress=quiet())
+    assert result.ok and sorted(c.output for c in result.checks) == ["a", "b"], result.checks

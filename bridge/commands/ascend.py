@@ -27,6 +27,13 @@ def add_arguments(p):
     c.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
+def _bundle_opp(model_path):
+    """The plugin package of a `bridge export --to ge` bundle (DIR/opp beside
+    DIR/model.onnx), which the check then uses without --plugins; else None."""
+    opp = os.path.join(os.path.dirname(os.path.abspath(model_path)), "opp")
+    return opp if os.path.isdir(opp) and not os.path.islink(opp) else None
+
+
 def run(args) -> int:
     import onnx
     from bridge.cli import UsageError
@@ -40,6 +47,8 @@ def run(args) -> int:
     except Exception as e:
         raise UsageError(f"{args.model} is not an ONNX model: {type(e).__name__}: {e}") from None
     plugins = set()
+    if args.plugins is None:
+        args.plugins = _bundle_opp(args.model)
     if args.plugins:
         if not os.path.isdir(args.plugins):
             raise UsageError(f"--plugins {args.plugins}: not a folder")

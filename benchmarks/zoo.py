@@ -1,0 +1,547 @@
+"""The model zoo: real model definitions nobody here wrote, built offline with
+random weights at small input sizes, each taken over every road as a user would
+(`bridge export --to onnx` custom and lowered, `--to tflite`, `--to ge`,
+`bridge parity`), and the same model through a plain tf2onnx export, side by
+side in one run.
+
+    python benchmarks/zoo.py --quick            # a handful of small models (CI runs this)
+    python benchmarks/zoo.py                    # every model (a benchmark: long)
+    python benchmarks/zoo.py --only ResNet50,bert-hub --size 64 --json zoo.json
+
+Models: every `keras.applications` model (weights=None, at the smallest size it
+allows or --size), keras_hub backbones from small configs (when keras-hub is
+installed: the `zoo` extra), and bridge's built-ins. Weights are at realistic
+scales: every BatchNormalization's statistics are calibrated on a batch of the
+generated inputs (one training-mode pass with momentum 0, layer by layer in
+effect, since each BN sees the already-normalised output of the ones before
+it), so activations stay O(1) instead of growing or dying with depth.
+
+One row per model: what was fused, which roads pass, the max error per parity
+runtime, bridge's export time, and on onnxruntime bridge's export against the
+plain tf2onnx one (whether plain tf2onnx converts it at all, and the median run
+time of each, timed in alternating rounds). A road that fails says why in one
+line; a Python traceback from bridge is itself a failure ("crash").
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Dict, List, Optional
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import alternating_medians  # noqa: E402
+
+ROADS = ("onnx", "lowered", "tflite", "ge", "parity")
+
+
+# -- the models -----------------------------------------------------------------
+@dataclass
+class ZooModel:
+    name: str
+    family: str                          # keras.applications | keras_hub | built-in
+    build: Callable[[int], object]       # size -> keras.Model (or a built-in name)
+    shapes: Callable[[int], Dict[str, tuple]]   # size -> {input name: full shape}
+    min_size: int = 32
+    quick: bool = False
+
+
+APPLICATIONS = {  # name: smallest input size keras.applications accepts
+    "Xception": 71, "VGG16": 32, "VGG19": 32, "ResNet50": 32, "ResNet101": 32, "ResNet152": 32,
+    "ResNet50V2": 32, "ResNet101V2": 32, "ResNet152V2": 32, "InceptionV3": 75, "InceptionResNetV2": 75,
+    "MobileNet": 32, "MobileNetV2": 32, "MobileNetV3Small": 32, "MobileNetV3Large": 32,
+    "DenseNet121": 32, "DenseNet169": 32, "DenseNet201": 32, "NASNetMobile": 32, "NASNetLarge": 32,
+    **{f"EfficientNetB{i}": 32 for i in range(8)},
+    **{f"EfficientNetV2B{i}": 32 for i in range(4)}, "EfficientNetV2S": 32, "EfficientNetV2M": 32,
+    "EfficientNetV2L": 32,
+    "ConvNeXtTiny": 32, "ConvNeXtSmall": 32, "ConvNeXtBase": 32, "ConvNeXtLarge": 32, "ConvNeXtXLarge": 32,
+}
+QUICK_APPLICATIONS = ("MobileNetV3Small",)
+# the largest (by weights) run last, so a --budget-s sweep covers the most models
+HEAVY = ("VGG16", "VGG19", "ResNet152", "ResNet152V2", "InceptionResNetV2", "NASNetLarge", "EfficientNetB5",
+         "EfficientNetB6", "EfficientNetB7", "EfficientNetV2M", "EfficientNetV2L", "ConvNeXtBase", "ConvNeXtLarge",
+         "ConvNeXtXLarge")
+
+SEQ = 12  # token sequence length of the text backbones
+TEXT = dict(vocabulary_size=97, num_layers=2, num_heads=2, hidden_dim=16, intermediate_dim=32,
+            max_sequence_length=32)
+HUB = {  # keras_hub class: (small config, quick)
+    "BertBackbone": (TEXT, True),
+    "DistilBertBackbone": (TEXT, False),
+    "RobertaBackbone": (TEXT, False),
+    "AlbertBackbone": (dict(TEXT, embedding_dim=8, num_groups=1, num_inner_repetitions=1), False),
+    "ElectraBackbone": (dict(TEXT, embedding_dim=16), False),
+    "GPT2Backbone": (TEXT, False),
+    "OPTBackbone": (TEXT, False),
+    "DebertaV3Backbone": (dict(TEXT, bucket_size=8), False),
+    "ViTBackbone": (dict(image_shape=(32, 32, 3), patch_size=8, num_layers=2, num_heads=2, hidden_dim=16,
+                         mlp_dim=32), True),
+}
+
+
+def _application(name):
+    def build(size):
+        import keras
+        return getattr(keras.applications, name)(weights=None, input_shape=(size, size, 3))
+    return build
+
+
+def _hub(cls, config):
+    def build(size):
+        import keras_hub
+        return getattr(keras_hub.models, cls)(**config)
+    return build
+
+
+def _image_shapes(size):
+    return {"": (1, size, size, 3)}
+
+
+def _hub_shapes(cls, config):
+    if "image_shape" in config:
+        return lambda size: {"": (1, *config["image_shape"])}
+    return lambda size: "tokens"  # every input [1, SEQ]; names read from the model
+
+
+def models() -> List[ZooModel]:
+    out = [ZooModel(n, "keras.applications", _application(n), _image_shapes, m, n in QUICK_APPLICATIONS)
+           for n, m in sorted(APPLICATIONS.items(), key=lambda kv: kv[0] in HEAVY)]
+    for cls, (config, quick) in HUB.items():
+        out.append(ZooModel(cls.replace("Backbone", "").lower() + "-hub", "keras_hub", _hub(cls, config),
+                            _hub_shapes(cls, config), 32, quick))
+    out += [ZooModel("yolov3-tiny", "built-in", lambda size: "yolov3-tiny", lambda size: {"": (1, 96, 96, 3)},
+                     96, True),
+            ZooModel("yolov3", "built-in", lambda size: "yolov3", lambda size: {"": (1, 96, 96, 3)}, 96),
+            ZooModel("bert", "built-in", lambda size: "bert", lambda size: "tokens"),
+            ZooModel("minilm", "built-in", lambda size: "minilm", lambda size: "tokens")]
+    return out
+
+
+BUILTIN_CONFIG = {"yolov3-tiny": ["width=0.25"], "yolov3": ["width=0.25"],
+                  "bert": ["layers=1", "hidden=32", "heads=2", "intermediate=64", "vocab_size=101"]}
+
+
+# -- realistic random weights -------------------------------------------------------
+def calibrate_batchnorm(model, feeds_list) -> int:
+    """Sets every BatchNormalization's moving statistics to those of the
+    generated inputs (one training pass with momentum 0); returns how many."""
+    import keras
+    bns = [layer for layer in model._flatten_layers(include_self=False, recursive=True)
+           if isinstance(layer, keras.layers.BatchNormalization)]
+    if not bns:
+        return 0
+    saved = [bn.momentum for bn in bns]
+    for bn in bns:
+        bn.momentum = 0.0
+    try:
+        from bridge.modelsource import keras_call_args, keras_input_names
+        names = keras_input_names(model)
+        batch = {n: np.concatenate([f[n] for f in feeds_list]) for n in names}
+        model(keras_call_args(model, [batch[n] for n in names]), training=True)
+    finally:
+        for bn, m in zip(bns, saved):
+            bn.momentum = m
+    return len(bns)
+
+
+# -- one model --------------------------------------------------------------------------
+@dataclass
+class Row:
+    model: str
+    family: str
+    size: str = ""
+    built: str = ""                     # "" when built, else why not
+    fused: Dict[str, int] = field(default_factory=dict)
+    skipped: Dict[str, int] = field(default_factory=dict)
+    roads: Dict[str, str] = field(default_factory=dict)      # road -> "pass" | why not
+    errors: Dict[str, float] = field(default_factory=dict)   # parity runtime -> max abs error (worst output)
+    export_s: Optional[float] = None    # bridge export --to onnx, wall seconds
+    plain: str = ""                     # plain tf2onnx: "converts" | why not
+    plain_export_s: Optional[float] = None
+    ort_ms: Optional[float] = None      # median run, bridge's custom export on onnxruntime (native kernels)
+    plain_ort_ms: Optional[float] = None
+    seconds: float = 0.0
+
+
+def _cli(argv) -> tuple:
+    """(exit code, stdout, stderr) of `bridge ARGV` run in this process (TensorFlow
+    imported once for the whole sweep); a traceback is caught and reported."""
+    from bridge.cli import main
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = main(list(argv))
+        except SystemExit as e:
+            rc = int(e.code or 0)
+        except BaseException as e:  # bridge must not end in a traceback: say so
+            tb = traceback.extract_tb(e.__traceback__)[-1]
+            return 99, "", f"crash: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} " \
+                           f"(at {os.path.basename(tb.filename)}:{tb.lineno})"
+    return rc, out.getvalue(), err.getvalue()
+
+
+def _why(rc, out, err) -> str:
+    """The one line that says why a command failed."""
+    if rc == 99:
+        return err[:300]
+    lines = [ln.strip() for ln in (err + "\n" + out).splitlines() if ln.strip() and "] " not in ln[:30]]
+    for ln in lines:
+        low = ln.lower()
+        if "error" in low or "fail" in low or "cannot" in low or "refus" in low:
+            return ln[:300]
+    return (lines[-1] if lines else f"exit {rc}")[:300]
+
+
+def _source_args(zm: ZooModel, size: int, path: Optional[str], model) -> List[str]:
+    shapes = zm.shapes(size)
+    if shapes == "tokens":
+        from bridge.modelsource import keras_input_names
+        shapes = {n: (1, SEQ) for n in keras_input_names(model)}
+    args = [path if path else zm.build(size)]
+    for name, shape in shapes.items():
+        args += ["--input-shape", (f"{name}:" if name else "") + ",".join(map(str, shape))]
+    args += [a for kv in BUILTIN_CONFIG.get(zm.name, []) for a in ("--config", kv)]
+    return args
+
+
+def run_model(zm: ZooModel, size: int, work: str, repeat: int = 20) -> Row:
+    t_start = time.perf_counter()
+    size = max(size, zm.min_size)
+    row = Row(zm.name, zm.family, size=str(size))
+    try:
+        built = zm.build(size)
+    except Exception as e:
+        row.built = f"not built: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
+        return row
+    path, model = None, None
+    if isinstance(built, str):  # a built-in: bridge builds it itself
+        from bridge import models as builtin
+        try:
+            size_arg = zm.min_size if zm.name.startswith("yolo") else SEQ
+            model = builtin.build(built, input_size=size_arg, **_config_dict(zm.name))
+        except Exception as e:
+            row.built = f"not built: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
+            return row
+    else:
+        model = built
+    args = _source_args(zm, size, None if isinstance(built, str) else "MODEL", model)
+    from bridge import modelsource
+    src = modelsource.from_object(model, input_shapes=_shape_map(args))
+    feeds = [src.sample_inputs(seed=s) for s in range(4)]
+    if not isinstance(built, str):
+        calibrate_batchnorm(model, feeds)
+        path = os.path.join(work, f"{zm.name}.keras")
+        model.save(path)
+        args[0] = path
+        src = modelsource.resolve(path, input_shapes=_shape_map(args))  # the file, as the commands see it
+        feeds = [src.sample_inputs(seed=0)]
+    else:
+        args[0] = built
+    row.size = ",".join("x".join(map(str, i.shape)) for i in src.inputs)
+
+    # bridge export --to onnx (custom): the timed export, the file the speed run uses
+    onnx_path = os.path.join(work, f"{zm.name}.onnx")
+    t0 = time.perf_counter()
+    rc, out, err = _cli(["export", *args, "--to", "onnx", "-o", onnx_path, "--json"])
+    row.export_s = time.perf_counter() - t0
+    row.roads["onnx"] = _verdict(rc, out, err)
+    if rc in (0, 1) and out.strip().startswith("{"):
+        fusion = json.loads(out).get("details", {}).get("fusion")
+        if isinstance(fusion, str):
+            try:
+                fusion = json.loads(fusion)
+            except ValueError:
+                fusion = None
+        if isinstance(fusion, dict):
+            row.fused = {k: v["fused"] for k, v in fusion["patterns"].items() if v["fused"]}
+            row.skipped = {k: len(v["skipped"]) for k, v in fusion["patterns"].items() if v["skipped"]}
+    for road, extra in (("lowered", ["--to", "onnx", "--mode", "lowered"]), ("tflite", ["--to", "tflite"]),
+                        ("ge", ["--to", "ge"])):
+        dst = os.path.join(work, f"{zm.name}-{road}" + (".onnx" if road == "lowered" else
+                                                          ".tflite" if road == "tflite" else ""))
+        rc, out, err = _cli(["export", *args, *extra, "-o", dst, "--json"])
+        row.roads[road] = _verdict(rc, out, err)
+    report = os.path.join(work, f"{zm.name}-parity.json")
+    rc, out, err = _cli(["parity", *args, "-q", "--json", report])
+    if os.path.isfile(report):
+        data = json.load(open(report))
+        row.roads["parity"] = "pass" if data.get("passed") else _parity_why(data)
+        for r in data.get("runtimes", []):
+            errs = [o["max_abs_error"] for o in r.get("outputs", {}).values() if o.get("max_abs_error") is not None]
+            if errs:
+                row.errors[r["name"]] = float(max(errs))
+    else:
+        row.roads["parity"] = _why(rc, out, err)
+
+    _plain_tf2onnx(row, src, onnx_path, feeds[0], repeat)
+    row.seconds = time.perf_counter() - t_start
+    return row
+
+
+def _config_dict(name):
+    out = {}
+    for kv in BUILTIN_CONFIG.get(name, []):
+        k, v = kv.split("=")
+        out[k] = float(v) if "." in v else int(v)
+    return out
+
+
+def _shape_map(args):
+    out = {}
+    for i, a in enumerate(args):
+        if a == "--input-shape":
+            name, sep, dims = args[i + 1].rpartition(":")
+            out[name] = tuple(int(d) for d in dims.split(","))
+    return out
+
+
+def _verdict(rc, out, err) -> str:
+    if rc == 0:
+        return "pass"
+    if rc == 1 and out.strip().startswith("{"):
+        data = json.loads(out)
+        bad = [c for c in data.get("checks", []) if not c["passed"]]
+        if bad:
+            return f"differs: {bad[0]['output']} max error {bad[0]['max_abs_error']:.3g} > {bad[0]['allowed']:.3g}"
+    return _why(rc, out, err)
+
+
+def _parity_why(data) -> str:
+    if data.get("problem"):
+        return data["problem"][:300]
+    bad = [r for r in data.get("runtimes", []) if not r.get("passed")]
+    parts = []
+    for r in bad[:3]:
+        outs = [k for k, o in r.get("outputs", {}).items() if not o.get("passed")]
+        parts.append(f"{r['name']}: " + (f"differs on {', '.join(outs)}" if outs else r.get("reason") or r["status"]))
+    return "; ".join(parts)[:300]
+
+
+@contextlib.contextmanager
+def _without_bridge_handlers():
+    """tf2onnx's handler registry as tf2onnx ships it: bridge's handlers for
+    standard ops (converters/tf2onnx_standard.py) taken out for the plain run."""
+    from tf2onnx.handler import tf_op
+    from bridge.converters import tf2onnx_standard
+    removed = []
+    for domain, versions in tf_op.get_opsets().items():
+        for handlers in versions:
+            for name in tf2onnx_standard.HANDLES_STANDARD:
+                if name in handlers:
+                    removed.append((handlers, name, handlers.pop(name)))
+    try:
+        yield
+    finally:
+        for handlers, name, h in removed:
+            handlers[name] = h
+
+
+def _plain_tf2onnx(row: Row, src, bridge_onnx: str, feeds, repeat: int) -> None:
+    """The same (unfused) model through tf2onnx alone, and both exports timed on onnxruntime."""
+    import logging
+    import onnxruntime as ort
+    import tf2onnx
+    from bridge import onnx_plugins
+    from bridge.converters import export_onnx
+    from bridge.parity.compare import Tolerance, compare
+    logging.getLogger("tf2onnx").setLevel(logging.CRITICAL)
+    fn = src.function()
+    ref = {k: np.asarray(v) for k, v in fn(*[feeds[i.name] for i in src.inputs]).items()}
+    plain = None
+    t0 = time.perf_counter()
+    try:
+        with _without_bridge_handlers(), contextlib.redirect_stdout(io.StringIO()), \
+                contextlib.redirect_stderr(io.StringIO()):
+            plain, _ = tf2onnx.convert.from_function(fn, input_signature=src.signature(), opset=18)
+        row.plain_export_s = time.perf_counter() - t0
+        bad = export_onnx.unsupported_nodes(plain, 18)
+        if bad:
+            row.plain = "leaves " + ", ".join(f"{k} x{len(v)}" for k, v in sorted(bad.items()))
+            plain = None
+    except Exception as e:
+        row.plain = f"fails: {type(e).__name__}: {str(e).splitlines()[0][:150] if str(e) else ''}"
+    sessions = {}
+    # the same thread settings for both: bridge's session turns onnxruntime's spinning off only where
+    # its oneDNN convolution runs (YoloConvBnLeaky nodes); small models pay for that in latency
+    spin = "0" if _has_fused_conv(bridge_onnx) and onnx_plugins.library_has_onednn() else "1"
+    if plain is not None:
+        try:
+            so = ort.SessionOptions()
+            so.add_session_config_entry(onnx_plugins.SPINNING_KEY, spin)
+            sess = ort.InferenceSession(plain.SerializeToString(), sess_options=so, providers=["CPUExecutionProvider"])
+            got = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+            worst = [compare(got[k], r, Tolerance.for_dtype(r.dtype)) for k, r in ref.items() if k in got]
+            if len(worst) != len(ref) or not all(c.passed for c in worst):
+                row.plain = "converts, but differs from TensorFlow"
+            else:
+                row.plain = "converts"
+            sessions["plain"] = sess
+        except Exception as e:
+            row.plain = f"invalid model: {type(e).__name__}: {str(e).splitlines()[0][:150]}"
+    if os.path.isfile(bridge_onnx):
+        try:
+            so = ort.SessionOptions()
+            so.add_session_config_entry(onnx_plugins.SPINNING_KEY, spin)
+            sessions["bridge"] = onnx_plugins.session(bridge_onnx, kernels="fastest", options=so)
+        except Exception:
+            pass
+    if sessions:
+        calls = {k: (lambda s=s: s.run(None, feeds)) for k, s in sessions.items()}
+        medians, _ = alternating_medians(calls, repeat, warmup=2, budget_s=10)
+        row.ort_ms = medians.get("bridge", None) and medians["bridge"] * 1e3
+        row.plain_ort_ms = medians.get("plain", None) and medians["plain"] * 1e3
+
+
+def _has_fused_conv(path: str) -> bool:
+    import onnx
+    if not os.path.isfile(path):
+        return False
+    return any(n.op_type == "YoloConvBnLeaky" for n in onnx.load(path, load_external_data=False).graph.node)
+
+
+# -- the table ----------------------------------------------------------------------------------
+SHORT = {"conv_bn_leaky": "CBL", "layer_norm": "LN", "yolo_decode": "decode", "zero_padding": "pad"}
+
+
+def table(rows: List[Row]) -> str:
+    from bridge.table import render
+    headers = ["model", "input", "fused", "onnx", "lowered", "tflite", "ge", "parity", "max error (worst runtime)",
+               "export s", "plain tf2onnx", "ort ms bridge", "ort ms plain"]
+    body = []
+    for r in rows:
+        if r.built:
+            body.append([r.model, r.size, "", r.built] + [""] * 9)
+            continue
+        fused = " ".join(f"{SHORT.get(k, k)} {v}" for k, v in r.fused.items()) or "-"
+        worst = max(r.errors.items(), key=lambda kv: kv[1]) if r.errors else None
+        body.append([r.model, r.size, fused] + [_mark(r.roads.get(k, "")) for k in ROADS]
+                    + [f"{worst[1]:.2g} ({worst[0]})" if worst else "",
+                       _num(r.export_s, 1), r.plain or "", _num(r.ort_ms, 2), _num(r.plain_ort_ms, 2)])
+    return render(headers, body, align="lllllllllrlrr")
+
+
+def _mark(v: str) -> str:
+    return "ok" if v == "pass" else ("FAIL" if v else "")
+
+
+def _num(v, digits):
+    return "" if v is None else f"{v:.{digits}f}"
+
+
+def summary(rows: List[Row]) -> str:
+    built = [r for r in rows if not r.built]
+    lines = [f"{len(built)}/{len(rows)} models built"]
+    for road in ROADS:
+        lines.append(f"{road}: {sum(r.roads.get(road) == 'pass' for r in built)}/{len(built)} pass")
+    plain_ok = sum(r.plain == "converts" for r in built)
+    both = [r for r in built if r.ort_ms and r.plain_ort_ms]
+    lines.append(f"bridge onnx export: {sum(r.roads.get('onnx') == 'pass' for r in built)}/{len(built)} convert and "
+                 f"verify; plain tf2onnx: {plain_ok}/{len(built)}")
+    if both:
+        ratio = np.exp(np.mean([np.log(r.plain_ort_ms / r.ort_ms) for r in both]))
+        lines.append(f"onnxruntime, bridge's export vs plain tf2onnx (geometric mean over {len(both)} models): "
+                     f"{ratio:.2f}x")
+    fails = [(r.model, k, v) for r in built for k, v in r.roads.items() if v != "pass"]
+    fails += [(r.model, "plain tf2onnx", r.plain) for r in built if r.plain != "converts"]
+    fails += [(r.model, "build", r.built) for r in rows if r.built]
+    if fails:
+        lines.append("why not:")
+        lines += [f"  {m} {k}: {v}" for m, k, v in fails]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="the small subset CI runs")
+    p.add_argument("--only", help="comma-separated model names")
+    p.add_argument("--size", type=int, default=32, help="image input size (raised to each model's minimum)")
+    p.add_argument("--repeat", type=int, default=20, help="timed onnxruntime rounds per model")
+    p.add_argument("--json", metavar="FILE", help="write the rows as JSON ('-': stdout); a file is rewritten "
+                                                  "after every model")
+    p.add_argument("--table", metavar="FILE", help="print the table and summary of an earlier --json FILE")
+    p.add_argument("--keep", metavar="DIR", help="keep the exported files in DIR")
+    p.add_argument("--budget-s", type=float, help="start no model after this many seconds (the rest: a row each)")
+    args = p.parse_args(argv)
+    if args.table:
+        rows = [Row(**r) for r in json.load(open(args.table))]
+        print(table(rows) + "\n\n" + summary(rows))
+        return 0
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    chosen = models()
+    have_hub = _importable("keras_hub")
+    if args.only:
+        wanted = args.only.split(",")
+        unknown = sorted(set(wanted) - {m.name for m in chosen})
+        if unknown:
+            p.error(f"unknown model(s) {unknown}; known: {', '.join(m.name for m in chosen)}")
+        chosen = [m for m in chosen if m.name in wanted]
+    elif args.quick:
+        chosen = [m for m in chosen if m.quick]
+    from bridge.quiet import import_tensorflow
+    import_tensorflow(verbose=False)
+    rows = []
+    work = args.keep or tempfile.mkdtemp(prefix="bridge-zoo-")
+    os.makedirs(work, exist_ok=True)
+    try:
+        start = time.perf_counter()
+        for zm in chosen:
+            if args.budget_s is not None and time.perf_counter() - start > args.budget_s:
+                rows.append(Row(zm.name, zm.family, built=f"not run: --budget-s {args.budget_s:g} spent"))
+                continue
+            if zm.family == "keras_hub" and not have_hub:
+                rows.append(Row(zm.name, zm.family, built="not built: keras-hub is not installed "
+                                                          "(pip install -e '.[zoo]')"))
+                continue
+            print(f"zoo: {zm.name} ...", file=sys.stderr, flush=True)
+            try:
+                row = run_model(zm, args.size, work, args.repeat)
+            except Exception as e:  # the sweep's own failure on one model: a row, not the end of the sweep
+                row = Row(zm.name, zm.family, built=f"zoo error: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+            print(f"zoo: {zm.name} done in {row.seconds:.0f} s", file=sys.stderr, flush=True)
+            rows.append(row)
+            if args.json and args.json != "-":  # so far, after every model: a long sweep cut short keeps its rows
+                _write_json(args.json, rows)
+            _clear_session()
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    if args.json == "-":
+        print(json.dumps([asdict(r) for r in rows], indent=1))
+    elif args.json:
+        _write_json(args.json, rows)
+    if args.json != "-":
+        print(table(rows))
+        print()
+        print(summary(rows))
+    return 0
+
+
+def _write_json(path, rows) -> None:
+    from bridge import atomic
+    atomic.write_bytes(path, json.dumps([asdict(r) for r in rows], indent=1).encode())
+
+
+def _importable(name) -> bool:
+    import importlib.util
+    return importlib.util.find_spec(name) is not None
+
+
+def _clear_session():
+    import gc
+    import keras
+    keras.backend.clear_session()
+    gc.collect()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""benchmarks/zoo.py: its --quick subset end to end (every road of every model
+passes, plain tf2onnx measured beside it), and the pieces that make its numbers
+mean something: BatchNorm statistics calibrated on the generated inputs
+(against numpy), and the plain tf2onnx run without bridge's handlers."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+keras = pytest.importorskip("keras")
+
+ZOO = Path(__file__).resolve().parents[1] / "benchmarks" / "zoo.py"
+
+
+def _zoo():
+    if "bridge_zoo" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("bridge_zoo", ZOO)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules["bridge_zoo"] = mod  # dataclasses look their module up there
+        spec.loader.exec_module(mod)
+    return sys.modules["bridge_zoo"]
+
+
+@pytest.mark.parametrize("shape", [(3, 7, 5, 2), (1, 4, 4, 3)])
+def test_batchnorm_statistics_are_calibrated(shape, rng):
+    x = keras.Input(shape[1:])
+    conv = keras.layers.Conv2D(4, 3, padding="same")
+    bn1 = keras.layers.BatchNormalization()
+    bn2 = keras.layers.BatchNormalization()
+    h = conv(x)
+    model = keras.Model(x, bn2(keras.layers.Dense(3)(bn1(h))))
+    feeds = [{model.inputs[0].name: (rng.random(shape) * 5 + 2).astype("float32")} for _ in range(2)]
+    assert _zoo().calibrate_batchnorm(model, feeds) == 2
+    batch = np.concatenate([f[model.inputs[0].name] for f in feeds]).astype(np.float64)
+    pre = np.asarray(keras.Model(x, h)(batch.astype("float32")), np.float64)
+    np.testing.assert_allclose(bn1.moving_mean.numpy(), pre.mean(axis=(0, 1, 2)), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(bn1.moving_variance.numpy(), pre.var(axis=(0, 1, 2)), rtol=1e-3, atol=1e-5)
+    assert bn1.momentum == 0.99  # put back
+    # the second BN sees the first one's normalised output: O(1) statistics in inference mode too
+    out = np.asarray(model(batch.astype("float32"), training=False))
+    assert np.all(np.abs(out.mean(axis=(0, 1, 2))) < 1e-3) and np.allclose(out.std(axis=(0, 1, 2)), 1, atol=1e-2)
+
+
+def test_plain_tf2onnx_runs_without_bridges_handlers():
+    from tf2onnx.handler import tf_op
+    from bridge.converters.tf2onnx_common import register_all
+    register_all()
+
+    def erfc_registered():
+        return any("Erfc" in h for versions in tf_op.get_opsets().values() for h in versions)
+    assert erfc_registered()
+    with _zoo()._without_bridge_handlers():
+        assert not erfc_registered()
+    assert erfc_registered()
+
+
+def test_quick_sweep(tmp_path):
+    out = tmp_path / "zoo.json"
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    proc = subprocess.run([sys.executable, str(ZOO), "--quick", "--repeat", "3", "--json", str(out)],
+                          capture_output=True, text=True, env=env, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads(out.read_text())
+    names = {r["model"] for r in rows}
+    assert {"yolov3-tiny", "MobileNetV3Small"} <= names
+    for r in rows:
+        if r["built"]:
+            assert r["family"] == "keras_hub" and "keras-hub is not installed" in r["built"], r
+            continue
+        assert r["roads"] == {road: "pass" for road in _zoo().ROADS}, (r["model"], r["roads"])
+        assert r["plain"] and r["export_s"] > 0 and r["ort_ms"] > 0, r
+        assert r["errors"] and max(r["errors"].values()) < 1e-3, (r["model"], r["errors"])
+    tiny = next(r for r in rows if r["model"] == "yolov3-tiny")
+    assert tiny["fused"].get("conv_bn_leaky", 0) > 0 and tiny["plain_ort_ms"] > 0
+    assert "plain tf2onnx" in proc.stdout and "models built" in proc.stdout
