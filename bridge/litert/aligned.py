@@ -38,7 +38,10 @@ def mark_nodes(s, model, ops) -> int:
             if codes[node.opcodeIndex] not in ops:
                 continue
             raw = bytes(np.asarray(node.customOptions if node.customOptions is not None else [], np.uint8))
-            attrs = dict(flexbuffers.Loads(raw)) if raw else {}
+            try:
+                attrs = dict(flexbuffers.Loads(raw)) if raw else {}
+            except Exception:  # not a FlexBuffer map: left as is, the kernel's Init says what is wrong
+                continue
             attrs[MARK_KEY] = k
             node.customOptions = np.frombuffer(bytes(flexbuffers.Dumps(attrs)), np.uint8)
             b = s.BufferT()

@@ -165,6 +165,14 @@ BRIDGE_EXPORT int bridge_litert_run(void* handle, const void* const* data, const
   for (size_t k = 0; k < n_in; ++k) {
     std::vector<int64_t> shape(shapes + at, shapes + at + ranks[k]);
     at += ranks[k];
+    for (int64_t d : shape)
+      if (d <= 0) {
+        say("input " + h->names[0][k] + ": shape " + bridge::litert::dims(shape) +
+                " has an empty dimension, which LiteRT's CompiledModel does not take (ResizeInputTensor: "
+                "dimensions must be positive)",
+            err, err_size);
+        return 1;
+      }
     if (shape != h->input_shapes[k]) {
       std::vector<int> d(shape.begin(), shape.end());
       if ((s = LiteRtCompiledModelResizeInputTensor(h->compiled, 0, k, d.data(), d.size())) != kBridgeLiteRtOk) {

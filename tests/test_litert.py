@@ -1,0 +1,280 @@
+"""bridge's LiteRT kernels (bridge/litert): the `--mode custom` TFLite export run
+on LiteRT's CompiledModel with the custom ops registered through LiteRT's C API.
+
+Judges: the numpy float64 references of bridge.ops (each op exported alone in
+custom mode), and TensorFlow on the whole models (`bridge parity` with the
+tflite-custom runtime). Files with bad attributes are made by hand
+(bridge.litert.one_op) and run in a subprocess, so that a crash would be seen as
+one. The missing-symbol case builds against a stub libLiteRt.so."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections import Counter
+
+import numpy as np
+import pytest
+
+pytest.importorskip("ai_edge_litert")
+tf = pytest.importorskip("tensorflow")
+
+from bridge import native, ops, tf_ops  # noqa: E402
+from bridge.converters import export_tflite as ex  # noqa: E402
+from bridge.litert import runtime  # noqa: E402
+from bridge.litert.one_op import flexbuffer, one_op_model  # noqa: E402
+from bridge.tflite_inspect import inspect_tflite  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def lib():
+    try:
+        return runtime.library()
+    except native.BuildError as e:
+        pytest.fail(f"the LiteRT kernels do not build here: {e}")
+
+
+def _rand(rng, shape, low=0.0):
+    if low:
+        return rng.uniform(low, low + 1.0, shape).astype(np.float32)
+    x = rng.standard_normal(shape).astype(np.float32)
+    return np.where(np.abs(x) < 1e-3, np.float32(0.5), x)
+
+
+def _custom(fn, specs_, names, op):
+    data = ex.convert(fn, specs_, names, mode="custom")
+    info = inspect_tflite(data)
+    assert info.custom_codes == Counter({op: 1}) and not info.builtin_ops, dict(info.ops)
+    return data
+
+
+def _spec(name, shape):
+    return tf.TensorSpec(shape, tf.float32, name=name)
+
+
+def _run_shapes(lib, data, feeds_list):
+    """Outputs per feed on one compiled model (resized per shape). An empty
+    batch is refused by LiteRT's CompiledModel itself (ResizeInputTensor wants
+    positive dimensions): a clear error is expected there, and None returned."""
+    m = runtime.Model(data, lib=lib)
+    out = []
+    try:
+        for feeds in feeds_list:
+            if any(0 in np.shape(v) for v in feeds.values()):
+                with pytest.raises(runtime.LiteRTError, match=r"has an empty dimension, which LiteRT's "
+                                                              r"CompiledModel does not take"):
+                    m.run(feeds)
+                out.append(None)
+            else:
+                out.append(m.run(feeds))
+        return out
+    finally:
+        m.close()
+
+
+# -- each op in --mode custom on LiteRT, against the numpy reference -------------------
+@pytest.mark.parametrize("epsilon", [1e-6, 1e-3])
+def test_fused_layer_norm_custom(lib, rng, close, epsilon):
+    spec = ops.get("FusedLayerNorm")
+    h = 7
+    gamma, beta = _rand(rng, [h]), _rand(rng, [h])
+    data = _custom(lambda x: tf_ops.fused_layer_norm(x, gamma, beta, epsilon=epsilon),
+                   [_spec("x", [None, None, h])], ["y"], "FusedLayerNorm")
+    shapes = [(2, 5, h), (1, 1, h), (3, 33, h), (0, 3, h)]
+    xs = [_rand(rng, s) * 3 + 1 for s in shapes]
+    xs[2] = xs[2] + np.float32(3e4)  # a large mean next to the spread (ops.md)
+    for x, got in zip(xs, _run_shapes(lib, data, [{"x": x} for x in xs])):
+        if got is not None:
+            close("FusedLayerNorm", got["y"], spec.reference(x, gamma, beta, epsilon=epsilon), what=str(x.shape))
+
+
+@pytest.mark.parametrize("attrs", [
+    dict(strides=[1, 1, 1, 1], padding="SAME"),
+    dict(strides=[1, 2, 2, 1], padding="SAME", alpha=0.3),
+    dict(strides=[1, 1, 1, 1], padding="VALID", dilations=[1, 2, 2, 1], epsilon=1e-3, alpha=0.2),
+    dict(strides=[1, 1, 2, 1], padding="EXPLICIT", explicit_paddings=[0, 0, 1, 2, 0, 1, 0, 0]),
+], ids=["same", "same-s2", "valid-d2", "explicit"])
+def test_yolo_conv_bn_leaky_custom(lib, rng, close, attrs):
+    spec = ops.get("YoloConvBnLeaky")
+    cin, cout = 3, 5
+    params = [_rand(rng, [3, 3, cin, cout]), _rand(rng, [cout]), _rand(rng, [cout]), _rand(rng, [cout]),
+              _rand(rng, [cout]), _rand(rng, [cout], low=0.5)]
+    data = _custom(lambda x: tf_ops.yolo_conv_bn_leaky(x, *params, **attrs),
+                   [_spec("x", [None, None, None, cin])], ["y"], "YoloConvBnLeaky")
+    xs = [_rand(rng, s) for s in [(1, 7, 9, cin), (2, 11, 10, cin), (1, 5, 5, cin), (0, 7, 9, cin)]]
+    for x, got in zip(xs, _run_shapes(lib, data, [{"x": x} for x in xs])):
+        if got is not None:
+            close("YoloConvBnLeaky", got["y"], spec.reference(x, *params, **attrs), what=str(x.shape))
+
+
+def test_yolo_conv_bn_leaky_custom_winograd_layer(lib, rng, close):
+    """A 3x3 stride-1 layer with Cin >= 128: the Winograd road of conv_core.h."""
+    spec = ops.get("YoloConvBnLeaky")
+    cin, cout = 128, 64
+    params = [_rand(rng, [3, 3, cin, cout]) * 0.1, _rand(rng, [cout]), _rand(rng, [cout]), _rand(rng, [cout]),
+              _rand(rng, [cout]), _rand(rng, [cout], low=0.5)]
+    attrs = dict(strides=[1, 1, 1, 1], padding="SAME")
+    data = _custom(lambda x: tf_ops.yolo_conv_bn_leaky(x, *params, **attrs),
+                   [_spec("x", [None, 13, 13, cin])], ["y"], "YoloConvBnLeaky")
+    x = _rand(rng, (1, 13, 13, cin))
+    got = _run_shapes(lib, data, [{"x": x}])[0]["y"]
+    close("YoloConvBnLeaky", got, spec.reference(x, *params, **attrs))
+
+
+@pytest.mark.parametrize("attrs", [
+    dict(anchors=[10.0, 13.0, 33.0, 23.0], num_classes=3, stride=8, scale_x_y=1.05),
+    dict(anchors=[116.0, 90.0], num_classes=1, stride=32, scale_x_y=1.0),
+], ids=["two-anchors", "one-anchor"])
+def test_yolo_decode_custom(lib, rng, close, attrs):
+    spec = ops.get("YoloDecode")
+    ch = len(attrs["anchors"]) // 2 * (5 + attrs["num_classes"])
+    names = [o.name for o in spec.outputs]
+    data = _custom(lambda raw: tf_ops.yolo_decode(raw, **attrs), [_spec("raw", [None, None, None, ch])], names,
+                   "YoloDecode")
+    raws = [_rand(rng, s) for s in [(2, 3, 5, ch), (1, 1, 1, ch), (1, 13, 7, ch), (0, 2, 2, ch)]]
+    for raw, got in zip(raws, _run_shapes(lib, data, [{"raw": r} for r in raws])):
+        for name, ref in zip(names, spec.reference(raw, **attrs) if got is not None else []):
+            close("YoloDecode", got[name], ref, what=f"{name} {raw.shape}")
+
+
+# -- whole models through bridge parity -------------------------------------------------
+@pytest.mark.parametrize("name,config", [
+    ("yolov3-tiny", {"input_size": 64, "decode": True}),
+    ("bert", {"layers": 2, "hidden": 64, "heads": 4, "intermediate": 128, "vocab_size": 500}),
+], ids=["yolov3-tiny", "bert"])
+def test_model_custom_mode_passes_parity(lib, name, config):
+    from bridge.parity import open_source, run_parity
+    source = open_source(name, config=config)
+    try:
+        report = run_parity(None, source=source, runtimes=["tf", "tflite-custom"], seed=1)
+    finally:
+        source.close()
+    row = report.runtimes[1]
+    assert row.name == "tflite-custom" and row.status == "ok", (row.status, row.reason)
+    assert report.passed, report.to_json()
+    for c in row.outputs.values():
+        assert 0 < c.max_abs_error and c.excess <= 1
+
+
+# -- bad attributes in hand-made files: the op and argument named, never a crash ----------
+GOOD_DECODE = {"T": 0, "anchors": [10.0, 13.0], "num_classes": 2, "stride": 8, "scale_x_y": 1.0}
+
+
+def _decode_file(options):
+    return one_op_model("YoloDecode", [("raw", [1, 2, 2, 7])], ["boxes", "objectness", "class_probs"], options)
+
+
+def _run_in_subprocess(tmp_path, data: bytes, feeds_shape):
+    path = tmp_path / "bad.tflite"
+    path.write_bytes(data)
+    code = textwrap.dedent(f"""
+        import numpy as np, sys
+        from bridge.litert import runtime
+        try:
+            m = runtime.Model({str(path)!r})
+            m.run({{m.inputs[0]: np.ones({feeds_shape!r}, np.float32)}})
+        except runtime.LiteRTError as e:
+            print("ERROR:", e)
+            sys.exit(3)
+        print("RAN")
+    """)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    return p.returncode, p.stdout
+
+
+@pytest.mark.parametrize("options,arg,message", [
+    ({k: v for k, v in GOOD_DECODE.items() if k != "num_classes"}, "num_classes", "is missing"),
+    ({**GOOD_DECODE, "stride": "eight"}, "stride", "must be an int, got string"),
+    ({**GOOD_DECODE, "anchors": [10.0, 13.0, 33.0]}, "anchors", "needs 2*A values [w0,h0,w1,h1,...], got 3"),
+    ({**GOOD_DECODE, "anchors": [10.0, -13.0]}, "anchors", "must all be positive"),
+], ids=["missing-key", "wrong-type", "odd-anchors", "negative-anchor"])
+def test_bad_decode_attributes_name_op_and_argument(lib, tmp_path, options, arg, message):
+    rc, out = _run_in_subprocess(tmp_path, _decode_file(options), [1, 2, 2, 7])
+    assert rc == 3, (rc, out)  # a clean error, not a crash (negative) nor a run
+    assert f"YoloDecode: argument '{arg}': {message}" in out, out
+
+
+@pytest.mark.parametrize("options,arg,message", [
+    ({"T": 0, "padding": "SAME", "strides": [1, 1, 1]}, "strides", "needs 4 values [1,sh,sw,1], got [1,1,1]"),
+    ({"T": 0, "padding": "HALF", "strides": [1, 1, 1, 1]}, "padding", "'HALF' is not one of"),
+    ({"T": 0, "padding": "EXPLICIT", "strides": [1, 1, 1, 1], "explicit_paddings": [0, 0, 1, 1]},
+     "explicit_paddings", "EXPLICIT padding needs 8 values"),
+    ({"T": 0, "strides": [1, 1, 1, 1]}, "padding", "is missing"),
+    ({"T": 1, "padding": "SAME", "strides": [1, 1, 1, 1]}, "T", "this LiteRT kernel runs float32 (TensorType 0) only"),
+], ids=["short-strides", "bad-padding", "short-explicit", "missing-padding", "float16"])
+def test_bad_conv_attributes_name_op_and_argument(lib, tmp_path, rng, options, arg, message):
+    consts = [("filter", _rand(rng, [1, 1, 2, 3]))] + [(n, _rand(rng, [3], low=0.5)) for n in
+                                                       ("conv_bias", "bn_gamma", "bn_beta", "bn_mean", "bn_variance")]
+    data = one_op_model("YoloConvBnLeaky", [("x", [1, 4, 4, 2]), *consts], ["y"], options)
+    rc, out = _run_in_subprocess(tmp_path, data, [1, 4, 4, 2])
+    assert rc == 3, (rc, out)
+    assert f"YoloConvBnLeaky: argument '{arg}': {message}" in out, out
+
+
+def test_bad_input_shape_is_named_at_prepare(lib, tmp_path, rng):
+    gamma = _rand(rng, [4])
+    data = one_op_model("FusedLayerNorm", [("x", [1, 5]), ("gamma", gamma), ("beta", gamma)], ["y"],
+                        {"T": 0, "epsilon": 1e-5})
+    rc, out = _run_in_subprocess(tmp_path, data, [1, 5])
+    assert rc == 3, (rc, out)
+    assert "FusedLayerNorm: argument 'gamma': must have shape [H]=[5] (the last dim of x [1,5]), got [4]" in out, out
+
+
+@pytest.mark.parametrize("cut", [1, 5, 17])
+def test_truncated_attribute_buffer_is_an_error_not_a_crash(lib, tmp_path, cut):
+    raw = flexbuffer(GOOD_DECODE)
+    rc, out = _run_in_subprocess(tmp_path, _decode_file(raw[cut:]), [1, 2, 2, 7])
+    assert rc == 3, (rc, out)
+    assert out.startswith("ERROR: YoloDecode: "), out
+
+
+def test_good_hand_made_file_runs(lib, rng, close):
+    """The bad-attribute files differ from this one only in the attribute named."""
+    raw = _rand(rng, (1, 2, 2, 7))
+    got = runtime.Model(_decode_file(GOOD_DECODE), lib=lib).run({"raw": raw})
+    attrs = {k: v for k, v in GOOD_DECODE.items() if k != "T"}
+    for name, ref in zip(["boxes", "objectness", "class_probs"], ops.get("YoloDecode").reference(raw, **attrs)):
+        close("YoloDecode", got[name], ref, what=name)
+
+
+# -- a LiteRT without a symbol bridge declares ------------------------------------------
+def test_litert_without_a_symbol_is_a_clear_build_error_and_lowered_still_runs(tmp_path, monkeypatch, rng, close):
+    header = native._package_dir("bridge.litert") / "native" / "litert_c_api.h"
+    declared = native.litert_declared(header)
+    assert "LiteRtAddCustomOpKernelOption" in declared and len(declared) >= 20
+    stub = tmp_path / "stub.c"
+    stub.write_text("".join(f"void {n}(void) {{}}\n" for n in declared if n != "LiteRtAddCustomOpKernelOption"))
+    so = tmp_path / "libLiteRt.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(so), str(stub)], check=True)
+    monkeypatch.setenv("BRIDGE_LITERT_LIB", str(so))
+    with pytest.raises(native.BuildError, match=r"ai-edge-litert \S+'s libLiteRt.so .* does not export "
+                                                r"LiteRtAddCustomOpKernelOption.*--mode lowered runs on any LiteRT"):
+        native.litert_build()
+    done = subprocess.run([sys.executable, "-m", "bridge", "build", "tflite"], capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ, BRIDGE_LITERT_LIB=str(so)))
+    assert done.returncode == 1 and "does not export LiteRtAddCustomOpKernelOption" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+    from bridge.parity.runtimes.tflite_custom import TFLiteCustom
+    from bridge.parity.runtime import Unavailable
+    with pytest.raises(Unavailable, match="does not export LiteRtAddCustomOpKernelOption"):
+        TFLiteCustom().prepare(object())
+    from bridge.backends import table
+    assert table()["YoloDecode"]["tflite"].startswith("lowered only"), table()["YoloDecode"]
+    # the lowered road does not need the kernels
+    gamma, beta = _rand(rng, [6]), _rand(rng, [6])
+    data = ex.convert(lambda x: tf_ops.fused_layer_norm(x, gamma, beta, epsilon=1e-5), [_spec("x", [None, 6])],
+                      ["y"], mode="lowered")
+    x = _rand(rng, (3, 6))
+    close("FusedLayerNorm", ex.run_tflite(data, {"x": x})["y"],
+          ops.get("FusedLayerNorm").reference(x, gamma, beta, epsilon=1e-5))
+
+
+def test_every_declared_function_is_exported_by_the_installed_litert():
+    header = native._package_dir("bridge.litert") / "native" / "litert_c_api.h"
+    assert native.litert_missing_symbols(native.litert_library(), native.litert_declared(header)) == []
+
+
+def test_bridge_ops_says_the_tflite_kernels_are_real(lib):
+    from bridge.backends import table
+    assert {op: row["tflite"] for op, row in table().items()} == {s.name: "yes" for s in ops.all_specs()}
