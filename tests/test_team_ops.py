@@ -129,7 +129,7 @@ def test_bridge_ops_fills_the_team_op_row():
     done = _bridge(*_team("ops", "--json"))
     assert done.returncode in (0, 1), done.stderr[-3000:]
     row = json.loads(done.stdout)["ops"]["FusedBiasGelu"]
-    for column in ("tf_cpu", "onnx_schema", "onnx_function", "tf2onnx", "ascend"):
+    for column in ("tf_cpu", "gradient", "composite", "onnx_schema", "onnx_function", "tf2onnx", "ascend"):
         assert row[column] == "yes", (column, row)
     assert "not in the library" in row["ort_kernel"]  # said, and parity runs the body instead
 
@@ -227,3 +227,55 @@ tf.saved_model.save(m, sys.argv[1], signatures={{"serving_default": m.__call__}}
     (got,) = ort.InferenceSession(str(onnx_out), providers=["CPUExecutionProvider"]).run(None, {"x": x})
     want = np.maximum(x.astype(np.float64) * 1.5 + np.linspace(-1, 1, 5), 0) * 2.5
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+
+
+def test_the_composite_and_gradient_come_from_the_body_and_lower_to_tflite_builtins():
+    """In a process of its own: the op through bridge.tf_ops, its composite
+    (derived from the ONNX body) under lowered(), the TFLite builtins that trace
+    gives, and the gradient (the composite's), each against numpy float64."""
+    script = f"""
+import math, sys, numpy as np, tensorflow as tf
+from bridge import ops
+ops.load_spec_file({str(SPEC_FILE)!r})
+from bridge import tf_ops
+tf_ops.load_op_library({str(EXAMPLE)!r})
+erf = np.vectorize(math.erf, otypes=[np.float64])
+gelu = lambda z: 0.5 * z * (1 + erf(z / math.sqrt(2)))
+dgelu = lambda z: 0.5 * (1 + erf(z / math.sqrt(2))) + z * np.exp(-z * z / 2) / math.sqrt(2 * math.pi)
+rng = np.random.default_rng(5)
+worst = 0.0
+for shape in [(3, 7), (1, 1), (2, 4, 5)]:
+    x = (rng.standard_normal(shape) * 2).astype("float32"); b = rng.standard_normal(shape[-1:]).astype("float32")
+    want = gelu(x.astype(np.float64) + b)
+    with tf_ops.lowered():
+        low = tf_ops.fused_bias_gelu(x, b).numpy()
+    kernel = tf_ops.fused_bias_gelu(x, b).numpy()
+    xs, bs = tf.constant(x), tf.constant(b)
+    with tf.GradientTape() as tape:
+        tape.watch([xs, bs]); y = tf_ops.fused_bias_gelu(xs, bs)
+    gx, gb = tape.gradient(y, [xs, bs])
+    dz = dgelu(x.astype(np.float64) + b)
+    for got, ref in ((low, want), (kernel, want), (gx.numpy(), dz), (gb.numpy(), dz.reshape(-1, shape[-1]).sum(0))):
+        worst = max(worst, float(np.max(np.abs(got - ref) / np.maximum(1, np.abs(ref)))))
+b = rng.standard_normal(7).astype("float32")
+fn = tf.function(lambda x: tf_ops.fused_bias_gelu(x, b), input_signature=[tf.TensorSpec([3, 7], tf.float32)])
+with tf_ops.lowered():
+    cf = fn.get_concrete_function()
+flat = tf.lite.TFLiteConverter.from_concrete_functions([cf], fn).convert()
+from ai_edge_litert.interpreter import Interpreter
+it = Interpreter(model_content=flat); it.allocate_tensors()
+x = rng.standard_normal((3, 7)).astype("float32")
+it.set_tensor(it.get_input_details()[0]["index"], x); it.invoke()
+got = it.get_tensor(it.get_output_details()[0]["index"])
+ref = gelu(x.astype(np.float64) + b)
+worst = max(worst, float(np.max(np.abs(got - ref) / np.maximum(1, np.abs(ref)))))
+kinds = {{d["op_name"] for d in it._get_ops_details()}}
+print("WORST", worst, "CUSTOM" if any("CUSTOM" in k or "Gelu" in k for k in kinds) else "BUILTINS")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    line = next(l for l in done.stdout.splitlines() if l.startswith("WORST"))
+    _, worst, kind = line.split()
+    assert kind == "BUILTINS"  # no custom op left in the lowered TFLite file
+    assert float(worst) <= 2e-5, line

@@ -83,7 +83,8 @@ def is_lowered() -> bool:
 def _dispatcher(mod):
     @functools.wraps(mod.op)
     def call(*args, **kwargs):
-        return (mod.composite if is_lowered() else mod.op)(*args, **kwargs)
+        lowered_fn = mod.composite if is_lowered() else None  # a team op without a composite stays itself
+        return (lowered_fn or mod.op)(*args, **kwargs)
     return call
 
 
@@ -110,8 +111,10 @@ def load_op_library(path):
     from . import team_ops
     library, found = team_ops.load(path)
     for spec in found:
-        _op_modules[spec.name] = team_ops.wrapper_module(spec, library)
-        globals()[spec.module] = _op_modules[spec.name].op
+        mod = _op_modules[spec.name] = team_ops.wrapper_module(spec, library)
+        globals()[spec.module] = _dispatcher(mod)
+        if mod.composite is not None:
+            setattr(composite, spec.module, mod.composite)
     return library
 
 

@@ -109,11 +109,38 @@ def wrapper_module(spec, library):
         return fn(first, *rest, name=name, **{k: list(v) if isinstance(v, tuple) else v for k, v in attrs.items()})
 
     op.__doc__ = spec.doc
-    return types.SimpleNamespace(op=op, composite=None, SPEC=spec)
+    from .from_body import composite
+    lowered = composite(spec)
+    if lowered is not None:
+        _register_gradient(spec, lowered)
+    return types.SimpleNamespace(op=op, composite=lowered, SPEC=spec)
+
+
+def _register_gradient(spec, lowered) -> None:
+    """The op's gradient, by differentiating its composite (recomputed from the
+    op's inputs), unless its library registered one itself."""
+    from tensorflow.python.framework import ops as tf_ops_registry
+    try:
+        tf_ops_registry.gradient_registry.lookup(spec.name)
+        return
+    except LookupError:
+        pass
+
+    @tf.RegisterGradient(spec.name)
+    def _gradient(op, *dys):
+        attrs = {a.name: op.get_attr(a.name) for a in spec.attrs}
+        attrs = {k: v.decode() if isinstance(v, bytes) else v for k, v in attrs.items()}
+        inputs = list(op.inputs)
+        with tf.GradientTape() as tape:
+            tape.watch(inputs)
+            out = lowered(*inputs, **attrs)
+        outs = list(out) if isinstance(out, tuple) else [out]
+        return tape.gradient(outs, inputs, output_gradients=list(dys))
 
 
 def backend_status(spec, devices) -> dict:
     """`bridge ops`' TensorFlow columns for a team op."""
+    from .from_body import why_not
     loaded = _op_def(spec.name) is not None
     missing = "no kernel library loaded (--op-library)"
     try:
@@ -126,5 +153,5 @@ def backend_status(spec, devices) -> dict:
         "tf_cpu": ("yes" if "CPU" in devices else "no CPU kernel in the library") if loaded else missing,
         "tf_gpu": ("yes" if "GPU" in devices else "no GPU kernel in the library") if loaded else missing,
         "gradient": grad,
-        "composite": "no (a team op is lowered through its ONNX decomposition only)",
+        "composite": "yes" if not why_not(spec) else f"no: {why_not(spec)}",
     }
