@@ -4,6 +4,7 @@ against itself alone."""
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -72,3 +73,20 @@ def unfused_outputs(source, feeds) -> dict:
     if not isinstance(out, dict):
         out = dict(zip(source.output_names, out if isinstance(out, (list, tuple)) else [out]))
     return {k: np.asarray(out[k], np.float64) for k in source.output_names}
+
+
+@contextmanager
+def parity_arrays():
+    """While it is open, the arrays each runtime returns in `run_parity` are kept
+    ({runtime: {output: array}}), so a test can judge them itself instead of
+    trusting the report's verdict."""
+    from bridge.parity import runner
+    seen = {}
+    real = runner._compare_outputs
+
+    def keep(outputs, reference, atol, rtol, res, *args, **kwargs):
+        seen[res.name] = {k: np.asarray(v) for k, v in outputs.items()}
+        return real(outputs, reference, atol, rtol, res, *args, **kwargs)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(runner, "_compare_outputs", keep)
+        yield seen

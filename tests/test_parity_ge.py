@@ -6,7 +6,6 @@ for the loaded outputs, numbers computed here by onnxruntime on the GE model."""
 from __future__ import annotations
 
 import json
-from contextlib import contextmanager
 
 import numpy as np
 import onnx
@@ -15,7 +14,7 @@ from onnx import TensorProto, helper
 
 from bridge.parity import open_source, run_parity
 from bridge.parity.runtimes import discover
-from conftest import rule_excess, unfused_outputs
+from conftest import parity_arrays, rule_excess, unfused_outputs
 
 YOLO = {"input_size": 64, "width": 0.125}
 BERT = {"layers": 2, "hidden": 32, "heads": 2, "intermediate": 64, "vocab_size": 100, "input_size": 16}
@@ -33,26 +32,8 @@ def yolo():
     source.close()
 
 
-@contextmanager
-def _recording():
-    """While it is open, the arrays each runtime returned in a parity run are kept
-    ({runtime: {output: array}}), so a test can judge them itself instead of
-    trusting the report's verdict."""
-    from bridge.parity import runner
-    seen = {}
-    real = runner._compare_outputs
-
-    def keep(outputs, reference, *args, **kwargs):
-        res = args[2]
-        seen[res.name] = {k: np.asarray(v) for k, v in outputs.items()}
-        return real(outputs, reference, *args, **kwargs)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(runner, "_compare_outputs", keep)
-        yield seen
-
-
 def _run_recorded(source, seed):
-    with _recording() as seen:
+    with parity_arrays() as seen:
         report = run_parity(None, source=source, per_layer=True, seed=seed)
     return report, seen, unfused_outputs(source, source.sample_inputs(1, seed))
 
