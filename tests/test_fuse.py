@@ -15,22 +15,15 @@ tf = pytest.importorskip("tensorflow")
 from bridge import models, ops  # noqa: E402
 from bridge.converters import fuse  # noqa: E402
 from bridge.converters.fuse_layers import FusedConvBnLeaky, FusedLayerNormalization, FusedYoloDecode  # noqa: E402
+from conftest import assert_close  # noqa: E402
 
 CONV = ops.get("YoloConvBnLeaky")
 NORM = ops.get("FusedLayerNorm")
 
 
 def assert_model_close(op, got, ref, what=""):
-    """ops.md's float32 tolerance of `op`, scaled to the output's magnitude:
-    max |got - ref| <= atol * max(1, max |ref|). NaN/Inf never pass."""
-    got, ref = np.asarray(got, np.float64), np.asarray(ref, np.float64)
-    assert got.shape == ref.shape, f"{what}: shape {got.shape} != {ref.shape}"
-    assert np.all(np.isfinite(got)), f"{what}: non-finite values"
-    if ref.size == 0:
-        return
-    allowed = ops.get(op).tolerance["float32"].atol * max(1.0, float(np.abs(ref).max()))
-    err = float(np.abs(got - ref).max())
-    assert err <= allowed, f"{what}: max error {err:.3g} > {allowed:.3g} (|ref| up to {np.abs(ref).max():.3g})"
+    """ops.md's float32 tolerance of `op`, element by element (conftest.assert_close)."""
+    assert_close(op, got, np.asarray(ref, np.float64), what=what)
 
 
 def _outputs(model, x):
