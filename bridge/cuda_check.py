@@ -2,8 +2,9 @@
 road: on the GPU when PyTorch or CuPy sees one, else on the CPU emulator
 (bridge.cuda.emulator()). What `bridge cuda` prints.
 
-Each check draws random inputs (several shapes, odd sizes included), runs one
-kernel road at one dtype, and measures the largest error as a fraction of the
+Each check takes one row of the op's case table (bridge/ops/<op>.py examples():
+odd sizes, empty, large H, large means, SAME with an odd pad), runs one kernel
+road at one dtype, and measures the largest error as a fraction of the
 allowed one: ops.md's bound for the op and dtype (ten times it for the layer-norm
 gradients, sums over rows; TF32's own operand-rounding bound for TF32 products).
 A kernel failure is a row too, never an exception.
@@ -19,7 +20,6 @@ from bridge import ops as specs
 from bridge.ops.fused_layer_norm import reference_backward
 from bridge.ops.yolo_conv_bn_leaky import tf32_error_bound
 
-ANCHORS = [116, 90, 156, 198, 373, 326]  # ops.md, the stride-32 head
 # The layer-norm gradients' bounds, in multiples of ops.md's forward bound: dgamma
 # and dbeta are sums over rows.
 BACKWARD_SCALE = {"float32": 10.0, "float16": 2.0}
@@ -76,18 +76,18 @@ def _excess(got, want, dtype: str, op: str, scale: float = 1.0) -> float:
     return specs.get(op).tolerance[dtype].excess(got, want) / scale
 
 
-def _layer_norm(k, dev, rng, shape, dtype):
-    x = (rng.normal(size=shape) * 2 + 3).astype(dtype)  # a mean far from 0
-    gamma, beta = (rng.normal(size=shape[-1:]).astype(dtype) for _ in range(2))
-    y = dev.get(k.fused_layer_norm(dev.put(x), dev.put(gamma), dev.put(beta), epsilon=1e-5))
-    return _excess(y, specs.get("FusedLayerNorm").reference(x, gamma, beta, epsilon=1e-5), dtype, "FusedLayerNorm")
+def _layer_norm(k, dev, rng, example, dtype):
+    x, gamma, beta = example.cast(dtype)
+    y = dev.get(k.fused_layer_norm(dev.put(x), dev.put(gamma), dev.put(beta), **example.attrs))
+    return _excess(y, specs.get("FusedLayerNorm").reference(x, gamma, beta, **example.attrs), dtype, "FusedLayerNorm")
 
 
-def _layer_norm_backward(k, dev, rng, shape, dtype):
-    x, dy = rng.normal(size=shape).astype(dtype), rng.normal(size=shape).astype(dtype)
-    gamma = rng.normal(size=shape[-1:]).astype(dtype)
-    got = [dev.get(a) for a in k.fused_layer_norm_backward(dev.put(dy), dev.put(x), dev.put(gamma), epsilon=1e-5)]
-    want = reference_backward(dy, x, gamma, epsilon=1e-5)
+def _layer_norm_backward(k, dev, rng, example, dtype):
+    x, gamma, _ = example.cast(dtype)
+    dy = rng.normal(size=x.shape).astype(dtype)
+    epsilon = specs.get("FusedLayerNorm").resolve(example.attrs)["epsilon"]
+    got = [dev.get(a) for a in k.fused_layer_norm_backward(dev.put(dy), dev.put(x), dev.put(gamma), epsilon=epsilon)]
+    want = reference_backward(dy, x, gamma, epsilon=epsilon)
     return max(_excess(g, w, dtype, "FusedLayerNorm", scale=BACKWARD_SCALE[dtype]) for g, w in zip(got, want))
 
 
@@ -103,10 +103,10 @@ def conv_inputs(rng, dtype, xs, fs):
 
 
 def _conv(road: str):
-    def check(k, dev, rng, geometry, dtype):
-        xs, fs, attrs = geometry
+    def check(k, dev, rng, example, dtype):
         tf32 = dtype == "tf32"
-        arrays = conv_inputs(rng, "float32" if tf32 else dtype, xs, fs)
+        arrays = list(example.cast("float32" if tf32 else dtype))
+        attrs = example.attrs
         y = dev.get(k.yolo_conv_bn_leaky(*(dev.put(a) for a in arrays), allow_tf32=tf32,
                                          tensor_cores=road == "tensor cores", **attrs))
         spec = specs.get("YoloConvBnLeaky")
@@ -117,35 +117,32 @@ def _conv(road: str):
     return check
 
 
-def _decode(k, dev, rng, shape, dtype):
-    n, h, w, c = shape
-    attrs = dict(anchors=[float(a) for a in ANCHORS], num_classes=c // 3 - 5, stride=32)
-    # float16 tops out at 65504: exp(raw) * 373 overflows from raw = 5.2
-    raw = (rng.normal(size=shape) * (2 if dtype == "float32" else 1)).astype(dtype)
-    got = [dev.get(o) for o in k.yolo_decode(dev.put(raw), **attrs)]
-    want = specs.get("YoloDecode").reference(raw, **attrs)
+def _decode(k, dev, rng, example, dtype):
+    (raw,) = example.cast(dtype)
+    got = [dev.get(o) for o in k.yolo_decode(dev.put(raw), **example.attrs)]
+    want = specs.get("YoloDecode").reference(raw, **example.attrs)
     return max(_excess(g, r, dtype, "YoloDecode") for g, r in zip(got, want))
 
 
-def _shape(v) -> str:
-    if isinstance(v, tuple) and len(v) == 3 and isinstance(v[2], dict):
-        xs, fs, attrs = v
-        stride = attrs.get("strides", [1, 1, 1, 1])[1]
-        return f"{'x'.join(map(str, xs))} * {fs[0]}x{fs[1]}->{fs[3]} s{stride}"
-    return "x".join(map(str, v))
+def _shape(example) -> str:
+    return f"{example.id} {'x'.join(map(str, example.shapes[0]))}"
 
 
-# (op, road, dtypes, check, shapes): every op, every road, awkward shapes.
-LN_SHAPES = [(4, 128, 768), (3, 1025), (2, 9001), (7, 1), (0, 16)]
-CONV_GEOMETRIES = [((1, 26, 26, 32), (3, 3, 32, 64), {}), ((1, 27, 25, 16), (3, 3, 16, 24), {"strides": [1, 2, 2, 1]}),
-                   ((2, 13, 13, 64), (1, 1, 64, 40), {}), ((1, 9, 11, 3), (3, 3, 3, 5), {})]
+# (op, road, dtypes, check): every op, every road, on the op's case table
+# (bridge/ops/<op>.py examples(): odd sizes, empty, large H, large means, ...).
 CHECKS = [
-    ("FusedLayerNorm", "forward", ("float32", "float16"), _layer_norm, LN_SHAPES),
-    ("FusedLayerNorm", "backward", ("float32", "float16"), _layer_norm_backward, LN_SHAPES[:3]),
-    ("YoloConvBnLeaky", "im2col + cuBLASLt", ("float32", "tf32", "float16"), _conv("im2col"), CONV_GEOMETRIES),
-    ("YoloConvBnLeaky", "tensor cores", ("tf32", "float16"), _conv("tensor cores"), CONV_GEOMETRIES),
-    ("YoloDecode", "elementwise", ("float32", "float16"), _decode, [(1, 13, 13, 255), (2, 5, 7, 18)]),
+    ("FusedLayerNorm", "forward", ("float32", "float16"), _layer_norm),
+    ("FusedLayerNorm", "backward", ("float32", "float16"), _layer_norm_backward),
+    ("YoloConvBnLeaky", "im2col + cuBLASLt", ("float32", "tf32", "float16"), _conv("im2col")),
+    ("YoloConvBnLeaky", "tensor cores", ("tf32", "float16"), _conv("tensor cores")),
+    ("YoloDecode", "elementwise", ("float32", "float16"), _decode),
 ]
+
+
+def _rows_of(op: str, dtype: str):
+    """The table's rows meant for `dtype` (TF32 takes the float32 rows)."""
+    want = "float32" if dtype == "tf32" else dtype
+    return [e for e in specs.get(op).examples() if want in e.dtypes]
 
 
 def run_checks(k: cuda.Harness, dev: Device, seed: int = 0,
@@ -153,15 +150,15 @@ def run_checks(k: cuda.Harness, dev: Device, seed: int = 0,
     """One row per (op, road, dtype, shape): the largest error / allowed, and a
     verdict ("pass", "FAIL", or "error: ..." when the kernel refused or failed)."""
     rows = []
-    for op, road, dtypes, check, shapes in CHECKS:
+    for op, road, dtypes, check in CHECKS:
         for dtype in dtypes:
-            for shape in shapes:
+            for example in _rows_of(op, dtype):
                 rng = np.random.default_rng(seed + len(rows))
                 if progress:
-                    progress(f"{op} {road} {dtype} {_shape(shape)}")
-                row = {"op": op, "road": road, "dtype": dtype, "shape": _shape(shape)}
+                    progress(f"{op} {road} {dtype} {_shape(example)}")
+                row = {"op": op, "road": road, "dtype": dtype, "shape": _shape(example)}
                 try:
-                    excess = float(check(k, dev, rng, shape, dtype))
+                    excess = float(check(k, dev, rng, example, dtype))
                     row.update(excess=excess, verdict="pass" if excess <= 1.0 else "FAIL")
                 except Exception as e:  # a refusal or a failed launch is a finding, reported in the row
                     row.update(excess=None, verdict=f"error: {str(e).splitlines()[0][:160]}")

@@ -41,8 +41,9 @@ def composite(x, gamma, beta, epsilon=_EPSILON, name=None):
         dtype = x.dtype
         if dtype != tf.float32:
             x, gamma, beta = (tf.cast(t, tf.float32) for t in (x, gamma, beta))
-        mean = tf.reduce_mean(x, axis=-1, keepdims=True)
-        centred = x - mean
+        centred = x - tf.reduce_mean(x, axis=-1, keepdims=True)
+        # again: the float32 mean's own rounding (2^-10 at 3e4) would stay in every y
+        centred -= tf.reduce_mean(centred, axis=-1, keepdims=True)
         var = tf.reduce_mean(tf.square(centred), axis=-1, keepdims=True)
         y = centred * tf.math.rsqrt(var + attrs["epsilon"]) * gamma + beta
         return tf.cast(y, dtype) if dtype != tf.float32 else y
@@ -57,8 +58,8 @@ def _composite_gradient(dy, x, gamma, epsilon):
     accumulates): what the fused gradient op computes, differentiable again."""
     dtype = x.dtype
     x32, g32, dy32 = (tf.cast(t, tf.float32) for t in (x, gamma, dy))
-    mean = tf.reduce_mean(x32, axis=-1, keepdims=True)
-    centred = x32 - mean
+    centred = x32 - tf.reduce_mean(x32, axis=-1, keepdims=True)
+    centred -= tf.reduce_mean(centred, axis=-1, keepdims=True)  # as the forward
     rstd = tf.math.rsqrt(tf.reduce_mean(tf.square(centred), axis=-1, keepdims=True) + epsilon)
     xhat = centred * rstd
     # gamma and beta broadcast over every leading axis of x: their gradients sum there.

@@ -112,11 +112,10 @@ inline void NormalizeRow(const float* x, int64_t n, const float* gamma, const fl
 inline void GradRow(const float* dy, const float* x, int64_t n, const float* gamma, float epsilon, float* dx,
                     float* dgamma, float* dbeta) {
   const Moments m = RowMoments(x, n, epsilon);
-  const float mean = m.m0 + m.delta;
   float s1 = 0.0f, s2 = 0.0f;
 #pragma omp simd reduction(+ : s1, s2)
   for (int64_t j = 0; j < n; ++j) {
-    const float xhat = (x[j] - mean) * m.rstd;
+    const float xhat = ((x[j] - m.m0) - m.delta) * m.rstd;  // m0 + delta as one float would round the mean
     const float g = dy[j] * gamma[j];
     s1 += g;
     s2 += g * xhat;
@@ -127,7 +126,7 @@ inline void GradRow(const float* dy, const float* x, int64_t n, const float* gam
   const float mg = s1 * inv_n, mgx = s2 * inv_n;
 #pragma omp simd
   for (int64_t j = 0; j < n; ++j) {
-    const float xhat = (x[j] - mean) * m.rstd;
+    const float xhat = ((x[j] - m.m0) - m.delta) * m.rstd;
     dx[j] = m.rstd * (dy[j] * gamma[j] - mg - xhat * mgx);
   }
 }
