@@ -30,6 +30,11 @@ class TFLiteCustom(Runtime):
         except native.BuildError as e:
             raise Unavailable(f"bridge's LiteRT kernels: {str(e).splitlines()[0]}") from None
         data = exported(source, "custom", "none")
+        from bridge.tflite_inspect import inspect_tflite
+        served = {op for op, why in runtime.served_ops().items() if why is None}
+        unserved = sorted(set(inspect_tflite(data).custom_codes) - served)
+        if unserved:  # e.g. a team's op: LiteRT would refuse the model at prepare
+            raise Unavailable(f"bridge's LiteRT kernels have no {', '.join(unserved)}")
         try:
             self.model = runtime.Model(data, custom=True)
         except runtime.LiteRTError as e:
