@@ -69,7 +69,8 @@ def saved(tmp_path_factory):
     rng = np.random.default_rng(7)
     folder = tmp_path_factory.mktemp("savedmodel")
     model = Head(rng)
-    x = rng.normal(size=(2, 7, 5, 4)).astype(np.float32)  # odd H and W: SAME pads at the end
+    # even H and W, stride 2: a total SAME padding of 1, the odd pixel at the bottom and the right
+    x = rng.normal(size=(2, 8, 6, 4)).astype(np.float32)
     np.save(folder / "x.npy", x)
     tf.saved_model.save(model, str(folder / "model"))
     return folder, x, [o.numpy() for o in model(x)], model.reference(x)
