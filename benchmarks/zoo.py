@@ -471,7 +471,11 @@ def main(argv=None) -> int:
     p.add_argument("--table", metavar="FILE", help="print the table and summary of an earlier --json FILE")
     p.add_argument("--keep", metavar="DIR", help="keep the exported files in DIR")
     p.add_argument("--budget-s", type=float, help="start no model after this many seconds (the rest: a row each)")
+    p.add_argument("--one", help=argparse.SUPPRESS)  # the child process of one model (see _in_child)
+    p.add_argument("--keep-files", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.one:
+        return _child(args)
     if args.table:
         rows = [Row(**r) for r in json.load(open(args.table))]
         print(table(rows) + "\n\n" + summary(rows))
@@ -487,8 +491,6 @@ def main(argv=None) -> int:
         chosen = [m for m in chosen if m.name in wanted]
     elif args.quick:
         chosen = [m for m in chosen if m.quick]
-    from bridge.quiet import import_tensorflow
-    import_tensorflow(verbose=False)
     rows = []
     work = args.keep or tempfile.mkdtemp(prefix="bridge-zoo-")
     os.makedirs(work, exist_ok=True)
@@ -503,15 +505,11 @@ def main(argv=None) -> int:
                                                           "(pip install -e '.[zoo]')"))
                 continue
             print(f"zoo: {zm.name} ...", file=sys.stderr, flush=True)
-            try:
-                row = run_model(zm, args.size, work, args.repeat)
-            except Exception as e:  # the sweep's own failure on one model: a row, not the end of the sweep
-                row = Row(zm.name, zm.family, built=f"zoo error: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+            row = _in_child(zm, args, work)
             print(f"zoo: {zm.name} done in {row.seconds:.0f} s", file=sys.stderr, flush=True)
             rows.append(row)
             if args.json and args.json != "-":  # so far, after every model: a long sweep cut short keeps its rows
                 _write_json(args.json, rows)
-            _clear_session()
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
@@ -526,6 +524,39 @@ def main(argv=None) -> int:
     return 0
 
 
+def _in_child(zm: ZooModel, args, work: str) -> Row:
+    """One model in a fresh process: TensorFlow, tf2onnx and the runtimes keep
+    memory across models (~9 GB after two large ones), and a native crash then
+    costs one row, not the sweep."""
+    import subprocess
+    out = os.path.join(work, f"{zm.name}.row.json")
+    cmd = [sys.executable, os.path.abspath(__file__), "--one", zm.name, "--size", str(args.size),
+           "--repeat", str(args.repeat), "--keep", work, "--json", out] + (["--keep-files"] if args.keep else [])
+    proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if os.path.isfile(out):
+        return Row(**json.load(open(out))[0])
+    tail = [ln for ln in proc.stderr.splitlines() if ln.strip()][-1:] or [f"exit {proc.returncode}"]
+    return Row(zm.name, zm.family, built=f"zoo error (exit {proc.returncode}): {tail[0][:200]}")
+
+
+def _child(args) -> int:
+    from bridge.quiet import import_tensorflow
+    import_tensorflow(verbose=False)
+    zm = next(m for m in models() if m.name == args.one)
+    try:
+        row = run_model(zm, args.size, args.keep, args.repeat)
+    except Exception as e:  # the sweep's own failure on one model: a row, not the end of the sweep
+        row = Row(zm.name, zm.family, built=f"zoo error: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+    finally:
+        if not args.keep_files:  # the exports of a large model are GBs: gone once measured
+            for name in os.listdir(args.keep):
+                if name.startswith(f"{zm.name}.") or name.startswith(f"{zm.name}-"):
+                    path = os.path.join(args.keep, name)
+                    shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.remove(path)
+    _write_json(args.json, [row])
+    return 0
+
+
 def _write_json(path, rows) -> None:
     from bridge import atomic
     atomic.write_bytes(path, json.dumps([asdict(r) for r in rows], indent=1).encode())
@@ -535,12 +566,6 @@ def _importable(name) -> bool:
     import importlib.util
     return importlib.util.find_spec(name) is not None
 
-
-def _clear_session():
-    import gc
-    import keras
-    keras.backend.clear_session()
-    gc.collect()
 
 
 if __name__ == "__main__":

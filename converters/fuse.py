@@ -9,6 +9,10 @@ rebuilds it as a new functional model in which
 - LayerNormalization over the last axis becomes `FusedLayerNormalization`,
 - a `bridge.models.yolo.YoloDecodeHead` becomes `FusedYoloDecode`,
 
+- a LayerNormalization that a layer calls from its own Python `call` (keras_hub's
+  transformer blocks hold theirs as attributes or in lists) is fused in a copy of
+  that layer (same config and weights, the norm swapped for the fused layer),
+
 and everything else passes through unchanged: the very same layer objects (and
 variables) as in the original, called on the rebuilt tensors. A functional model
 used as a layer (a backbone) is fused on its own and its fused copy called instead. The fused layers
@@ -69,6 +73,38 @@ def _functional(model):
     return None
 
 
+def _layer_norms_inside(layer):
+    """(owner, attribute or list index, LayerNormalization) for each
+    LayerNormalization held by `layer` or by its (non-model) sublayers, as an
+    attribute or in a list attribute, depth first."""
+    import keras
+    out, seen = [], set()
+
+    def visit(owner, key, value):
+        if isinstance(value, keras.layers.LayerNormalization):
+            out.append((owner, key, value))
+        elif isinstance(value, keras.layers.Layer) and not isinstance(value, keras.Model) and id(value) not in seen:
+            seen.add(id(value))
+            for attr, v in list(vars(value).items()):
+                visit(value, attr, v)
+        elif isinstance(value, list):  # e.g. a list of transformer blocks
+            for i, v in enumerate(value):
+                visit(value, i, v)
+    seen.add(id(layer))
+    for attr, v in list(vars(layer).items()):
+        visit(layer, attr, v)
+    return out
+
+
+def _replace(owner, key, new) -> None:
+    """owner.key = new (or owner[key] for a list), past Keras' tracking, which
+    refuses new sublayers once a layer is built."""
+    if isinstance(owner, list):
+        list.__setitem__(owner, key, new)
+    else:
+        object.__setattr__(owner, key, new)
+
+
 def _kind(op) -> str:
     return f"{type(op).__name__} '{op.name}'"
 
@@ -120,6 +156,9 @@ class _Rewriter:
                     self.report.skip("conv_bn_leaky", [op.name], f"LeakyReLU follows {what}, not a BatchNormalization")
             elif isinstance(op, keras.layers.LayerNormalization):
                 self._match_layer_norm(node)
+            elif type(op).__name__ == "RMSNormalization":
+                self.report.skip("layer_norm", [op.name], "RMSNormalization (no mean); the fused op is a "
+                                                          "LayerNormalization: it stays as it is")
             elif isinstance(op, YoloDecodeHead):
                 self._match_decode(node)
             if node.arguments.kwargs.get("training") is True and self.training_from is None:
@@ -281,6 +320,61 @@ class _Rewriter:
             self.submodels[id(op)] = sub if rep.blocks else op
         return self.submodels[id(op)]
 
+    def _inner(self, op, args, kwargs):
+        """A layer whose own Python `call` uses LayerNormalization sublayers
+        (keras_hub's TransformerEncoder/Decoder, ViT's blocks): a copy of it
+        (same config, same weights) with each LayerNormalization the fused op
+        takes swapped for a FusedLayerNormalization; None when there is none to
+        fuse (or the layer cannot be copied: then it stays, and the report says
+        why). The original layer is left as it was: the unfused model still uses it."""
+        import keras
+        if isinstance(op, (keras.Model, keras.layers.LayerNormalization)):
+            return None
+        found = list({id(ln): (o, k, ln) for o, k, ln in _layer_norms_inside(op)}.values())
+        if not found:
+            return None
+        where = f"inside {_kind(op)}"
+        try:
+            clone = type(op).from_config(op.get_config())
+            clone(*args, **kwargs)  # builds the copy's sublayers
+            clone.set_weights(op.get_weights())
+        except Exception as e:
+            for _, _, ln in found:
+                self.report.skip("layer_norm", [f"{op.name}/{ln.name}"],
+                                 f"{where}, which cannot be copied to fuse it ({type(e).__name__}: "
+                                 f"{str(e).splitlines()[0][:120] if str(e) else ''})")
+            return None
+        made = {}  # id(LayerNormalization) -> its fused copy (or None): one per layer, however often held
+        for owner, attr, ln in _layer_norms_inside(clone):
+            if id(ln) not in made:
+                made[id(ln)] = self._fused_norm(ln, f"{op.name}/{ln.name}", where)
+            if made[id(ln)] is not None:
+                _replace(owner, attr, made[id(ln)])
+        return clone if any(f is not None for f in made.values()) else None
+
+    def _fused_norm(self, ln, label, where):
+        """A built FusedLayerNormalization holding `ln`'s weights, or None (reported)."""
+        from .fuse_layers import NORM, FusedLayerNormalization
+        shape = (getattr(ln, "_build_shapes_dict", None) or {}).get("input_shape")
+        skip = lambda reason: self.report.skip("layer_norm", [label], f"{where}: {reason}")  # noqa: E731
+        if shape is None:
+            return skip("LayerNormalization was never called (no input shape)")
+        rank = len(shape)
+        axes = sorted(a % rank for a in (ln.axis if isinstance(ln.axis, (list, tuple)) else [ln.axis]))
+        if axes != [rank - 1]:
+            return skip(f"LayerNormalization over axes {axes} of a rank-{rank} input, not only the last axis")
+        if getattr(ln, "rms_scaling", False):
+            return skip("LayerNormalization has rms_scaling=True (RMS norm, no mean)")
+        if ln.compute_dtype not in NORM.dtypes:
+            return skip(f"LayerNormalization computes in {ln.compute_dtype}; the fused op takes {list(NORM.dtypes)}")
+        fused = FusedLayerNormalization(epsilon=ln.epsilon, center=ln.center, scale=ln.scale, replaces=[label],
+                                        name=f"{ln.name}_fused", dtype=ln.dtype_policy)
+        fused.build(tuple(shape))
+        for dst, src in zip(fused.weights, ([ln.gamma] if ln.scale else []) + ([ln.beta] if ln.center else [])):
+            dst.assign(src)
+        self.report.add_block("layer_norm", label, [label])
+        return fused
+
     def run(self, name):
         import keras
         from keras import tree
@@ -293,7 +387,8 @@ class _Rewriter:
             plan = self.anchors.get(id(node))
             if plan is None:
                 args, kwargs = node.arguments.fill_in(tensors)
-                out = self._nested(node.operation)(*args, **kwargs)
+                op = self._nested(node.operation)
+                out = (self._inner(op, args, kwargs) or op)(*args, **kwargs)
             else:
                 pattern, layer_name, make, weights, source, originals = plan
                 if layer_name in taken and layer_name not in originals:
