@@ -105,6 +105,20 @@ def _replace(owner, key, new) -> None:
         object.__setattr__(owner, key, new)
 
 
+def _norm_problem(ln, rank: int):
+    """Why the fused op cannot stand for LayerNormalization `ln` on a rank-`rank`
+    input, or None."""
+    from .fuse_layers import NORM
+    axes = sorted(a % rank for a in (ln.axis if isinstance(ln.axis, (list, tuple)) else [ln.axis]))
+    if axes != [rank - 1]:
+        return f"LayerNormalization over axes {axes} of a rank-{rank} input, not only the last axis"
+    if getattr(ln, "rms_scaling", False):
+        return "LayerNormalization has rms_scaling=True (RMS norm, no mean)"
+    if ln.compute_dtype not in NORM.dtypes:
+        return f"LayerNormalization computes in {ln.compute_dtype}; the fused op takes {list(NORM.dtypes)}"
+    return None
+
+
 def _kind(op) -> str:
     return f"{type(op).__name__} '{op.name}'"
 
@@ -258,17 +272,11 @@ class _Rewriter:
         return zp
 
     def _match_layer_norm(self, node):
-        from .fuse_layers import NORM, FusedLayerNormalization
+        from .fuse_layers import FusedLayerNormalization
         ln = node.operation
-        rank = len(node.input_tensors[0].shape)
-        axes = sorted(a % rank for a in (ln.axis if isinstance(ln.axis, (list, tuple)) else [ln.axis]))
-        skip = lambda reason: self.report.skip("layer_norm", [ln.name], reason)  # noqa: E731
-        if axes != [rank - 1]:
-            return skip(f"LayerNormalization over axes {axes} of a rank-{rank} input, not only the last axis")
-        if getattr(ln, "rms_scaling", False):
-            return skip("LayerNormalization has rms_scaling=True (RMS norm, no mean)")
-        if ln.compute_dtype not in NORM.dtypes:
-            return skip(f"LayerNormalization computes in {ln.compute_dtype}; the fused op takes {list(NORM.dtypes)}")
+        problem = _norm_problem(ln, len(node.input_tensors[0].shape))
+        if problem:
+            return self.report.skip("layer_norm", [ln.name], problem)
 
         def make(layer_name):
             return FusedLayerNormalization(epsilon=ln.epsilon, center=ln.center, scale=ln.scale,
@@ -354,19 +362,12 @@ class _Rewriter:
 
     def _fused_norm(self, ln, label, where):
         """A built FusedLayerNormalization holding `ln`'s weights, or None (reported)."""
-        from .fuse_layers import NORM, FusedLayerNormalization
+        from .fuse_layers import FusedLayerNormalization
         shape = (getattr(ln, "_build_shapes_dict", None) or {}).get("input_shape")
-        skip = lambda reason: self.report.skip("layer_norm", [label], f"{where}: {reason}")  # noqa: E731
-        if shape is None:
-            return skip("LayerNormalization was never called (no input shape)")
-        rank = len(shape)
-        axes = sorted(a % rank for a in (ln.axis if isinstance(ln.axis, (list, tuple)) else [ln.axis]))
-        if axes != [rank - 1]:
-            return skip(f"LayerNormalization over axes {axes} of a rank-{rank} input, not only the last axis")
-        if getattr(ln, "rms_scaling", False):
-            return skip("LayerNormalization has rms_scaling=True (RMS norm, no mean)")
-        if ln.compute_dtype not in NORM.dtypes:
-            return skip(f"LayerNormalization computes in {ln.compute_dtype}; the fused op takes {list(NORM.dtypes)}")
+        problem = ("LayerNormalization was never called (no input shape)" if shape is None
+                   else _norm_problem(ln, len(shape)))
+        if problem:
+            return self.report.skip("layer_norm", [label], f"{where}: {problem}")
         fused = FusedLayerNormalization(epsilon=ln.epsilon, center=ln.center, scale=ln.scale, replaces=[label],
                                         name=f"{ln.name}_fused", dtype=ln.dtype_policy)
         fused.build(tuple(shape))
