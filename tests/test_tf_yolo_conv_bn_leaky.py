@@ -105,6 +105,21 @@ ROADS = ["eigen", pytest.param("onednn", marks=pytest.mark.skipif(
 
 # -- numbers --------------------------------------------------------------------
 
+TABLE = [pytest.param(e, dtype, id=f"{e.id}-{dtype}") for e in SPEC.examples() for dtype in e.dtypes]
+
+
+@pytest.mark.parametrize("road", ROADS)
+@pytest.mark.parametrize("example,dtype", TABLE)
+def test_case_table_on_every_road(close, road, example, dtype):
+    """The op's case table (bridge/ops/yolo_conv_bn_leaky.py): both kernel roads and the composite."""
+    inputs, attrs = example.cast(dtype), example.attrs
+    ref = SPEC.reference(*inputs, **attrs)
+    close(OP, _run_on(road, inputs, attrs), ref, dtype, what=road)
+    close(OP, tf_ops.composite.yolo_conv_bn_leaky(*inputs, **attrs).numpy(), ref, dtype, what="composite")
+
+
+# The kernel's own cases beyond the table: row tiles, Cout split, empty outputs of every kind.
+
 @pytest.mark.parametrize("road", ROADS)
 @pytest.mark.parametrize("x_shape,k,cout,attrs", CASES)
 def test_float32_matches_reference(rng, close, road, x_shape, k, cout, attrs):
@@ -325,22 +340,25 @@ def test_filter_is_packed_once_and_repacked_after_an_update(tmp_path):
     assert [reorders[c] for c in (12, 13)] == [1, 0], reorders
 
 
-def test_bad_winograd_setting_is_refused_when_the_kernel_is_built():
-    with _env("BRIDGE_CONV_WINOGRAD", "always"):
-        if HAVE_ONEDNN:
-            with pytest.raises(tf.errors.InvalidArgumentError,
-                               match="BRIDGE_CONV_WINOGRAD must be auto or off, got 'always'"):
-                _run_on("onednn", _filled(GOOD), {})
+def _eigen_ignores_the_setting(close):
+    """The Eigen road of a build without oneDNN reads no oneDNN setting: it runs and is right."""
+    inputs = _inputs(np.random.default_rng(3), GOOD["x"], GOOD["filter"][:2], GOOD["filter"][3])
+    close(OP, _run_on("eigen", inputs, {}), SPEC.reference(*inputs), what="eigen road, bad oneDNN setting")
 
 
-def test_bad_weights_layout_is_refused_when_the_kernel_is_built():
-    with _env("BRIDGE_DNNL_WEIGHTS", "tiled"):
+@pytest.mark.parametrize("name,value,message", [
+    ("BRIDGE_CONV_WINOGRAD", "always", "BRIDGE_CONV_WINOGRAD must be auto or off, got 'always'"),
+    ("BRIDGE_DNNL_WEIGHTS", "tiled", "BRIDGE_DNNL_WEIGHTS must be cached, plain or blocked, got 'tiled'"),
+])
+def test_bad_onednn_setting_is_refused_when_the_kernel_is_built(close, name, value, message):
+    """With oneDNN the kernel refuses the bad value when it is built; without, the
+    setting means nothing and the (Eigen) kernel runs, and is right."""
+    with _env(name, value):
         if HAVE_ONEDNN:
-            with pytest.raises(tf.errors.InvalidArgumentError,
-                               match="BRIDGE_DNNL_WEIGHTS must be cached, plain or blocked, got 'tiled'"):
+            with pytest.raises(tf.errors.InvalidArgumentError, match=message):
                 _run_on("onednn", _filled(GOOD), {})
         else:
-            _run_on("eigen", _filled(GOOD), {})  # without oneDNN the setting means nothing
+            _eigen_ignores_the_setting(close)
 
 
 # -- gradients ----------------------------------------------------------------------

@@ -12,17 +12,9 @@ from bridge import tf_ops
 SPEC = specs.get("YoloDecode")
 YOLO_ANCHORS = (116, 90, 156, 198, 373, 326)  # ops.md: the stride-32 head of YOLOv3-416
 
-# (N, H, W), anchors, num_classes, stride, scale_x_y: odd grids, a single cell, an
-# empty batch, an empty grid, one anchor, one class, YOLOv3's 80 classes.
-CASES = [
-    ((2, 3, 5), (10, 13, 16, 30, 33, 23), 4, 8, 1.0),
-    ((1, 1, 1), (10, 13), 1, 32, 1.0),
-    ((1, 13, 13), YOLO_ANCHORS, 80, 32, 1.0),
-    ((3, 4, 1), (30, 61, 62, 45), 2, 16, 1.05),
-    ((1, 2, 7), (5.5, 7.25, 1, 2, 3, 4), 3, 1, 2.0),
-    ((0, 4, 4), (10, 13, 16, 30), 3, 8, 1.0),
-    ((2, 0, 5), (10, 13), 2, 8, 1.0),
-]
+# Odd grids, a single cell, an empty batch, an empty grid, one anchor, one class,
+# YOLOv3's 80 classes, saturated logits: the op's case table (bridge/ops/yolo_decode.py).
+TABLE = [pytest.param(e, dtype, id=f"{e.id}-{dtype}") for e in SPEC.examples() for dtype in e.dtypes]
 
 
 def _attrs(anchors, num_classes, stride, scale_x_y):
@@ -43,12 +35,9 @@ def _run(fn, mode, raw, attrs):
 
 
 @pytest.mark.parametrize("mode", ["eager", "function"])
-@pytest.mark.parametrize("dtype", ["float32", "float16"])
-@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-A{len(c[1]) // 2}-C{c[2]}-s{c[3]}-xy{c[4]}")
-def test_kernel_and_composite_match_reference(rng, close, case, dtype, mode):
-    nhw, *rest = case
-    attrs = _attrs(*rest)
-    raw = _raw(rng, nhw, attrs, dtype)
+@pytest.mark.parametrize("example,dtype", TABLE)
+def test_kernel_and_composite_match_reference(close, example, dtype, mode):
+    (raw,), attrs = example.cast(dtype), example.attrs
     ref = SPEC.reference(raw, **attrs)
     for name, fn in (("kernel", tf_ops.yolo_decode), ("composite", tf_ops.composite.yolo_decode)):
         got = _run(fn, mode, raw, attrs)
