@@ -60,21 +60,31 @@ def registered_in_source(text: str) -> Set[str]:
     return found
 
 
-def registered_in_dir(path: str) -> Set[str]:
-    """Origin types registered by the plugins under `path`: C++ sources are parsed;
-    built libraries (.so) are searched for origin-type strings."""
-    found: Set[str] = set()
+def plugin_files(path: str):
+    """(file, "source" or "library") for the C++ sources and built libraries under
+    `path`; files linked from outside the folder are left out (never read)."""
     real = os.path.realpath(path)
     for root, _, files in os.walk(path):
         for f in files:
             full = os.path.join(root, f)
-            if not os.path.realpath(full).startswith(real + os.sep):  # a link out of the folder: not read
+            if not os.path.realpath(full).startswith(real + os.sep):
                 continue
             if f.endswith((".cc", ".cpp", ".cxx", ".h", ".hpp")):
-                with open(full, encoding="utf-8", errors="replace") as fh:
-                    found |= registered_in_source(fh.read())
+                yield full, "source"
             elif f.endswith(".so") or ".so." in f:
-                with open(full, "rb") as fh:
-                    for m in re.finditer(rb"[A-Za-z0-9_.\-]+::[0-9]+::[A-Za-z0-9_]+", fh.read()):
-                        found.add(m.group().decode())
+                yield full, "library"
+
+
+def registered_in_dir(path: str) -> Set[str]:
+    """Origin types registered by the plugins under `path`: C++ sources are parsed;
+    built libraries (.so) are searched for origin-type strings."""
+    found: Set[str] = set()
+    for full, kind in plugin_files(path):
+        if kind == "source":
+            with open(full, encoding="utf-8", errors="replace") as fh:
+                found |= registered_in_source(fh.read())
+        else:
+            with open(full, "rb") as fh:
+                for m in re.finditer(rb"[A-Za-z0-9_.\-]+::[0-9]+::[A-Za-z0-9_]+", fh.read()):
+                    found.add(m.group().decode())
     return found

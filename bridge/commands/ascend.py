@@ -37,7 +37,7 @@ def _bundle_opp(model_path):
 def run(args) -> int:
     import onnx
     from bridge.cli import UsageError
-    from bridge.ascend import preflight
+    from bridge.ascend import plugin_routes, preflight
     from bridge.ascend.origins import registered_in_dir
     from bridge.table import render
     if not os.path.isfile(args.model):
@@ -47,21 +47,26 @@ def run(args) -> int:
     except Exception as e:
         raise UsageError(f"{args.model} is not an ONNX model: {type(e).__name__}: {e}") from None
     plugins = set()
+    routes = None
     if args.plugins is None:
         args.plugins = _bundle_opp(args.model)
     if args.plugins:
         if not os.path.isdir(args.plugins):
             raise UsageError(f"--plugins {args.plugins}: not a folder")
         plugins = registered_in_dir(args.plugins)
+        routes = plugin_routes.routes_in_dir(args.plugins)  # GE op types behind them: either route
     try:
         shapes = preflight.parse_input_shapes(args.input_shape)
     except ValueError as e:
         raise UsageError(str(e)) from None
     parser = args.parser or preflight.default_parser(args.cann)
     findings = preflight.check(model, cann=args.cann, plugins=plugins, parser=parser, input_shapes=shapes)
+    if routes is not None:
+        findings += plugin_routes.check(model, routes)
     if args.json:
         print(json.dumps({"model": args.model, "cann": args.cann, "parser": parser, "clean": not findings,
-                          "plugin_origin_types": len(plugins), "findings": [f.as_dict() for f in findings]}, indent=1))
+                          "plugin_origin_types": len(plugins), "findings": [f.as_dict() for f in findings],
+                          "plugin_routes": plugin_routes.summary(routes, plugins) if routes else []}, indent=1))
     elif findings:
         rows = [[f.node, f.op_type or "-", f.origin_type or "-", f.code, f.problem] for f in findings]
         print(render(["node", "op", "origin type", "problem", "detail"], rows, align="lllll"))

@@ -1,0 +1,600 @@
+"""Shape rules as data: one table per op, from which both the C++ InferShape of the
+GE custom operator and its Python twin are made, so the twin can be checked
+against the spec's shape function here (no CANN) and the C++ says the same.
+
+A table is a list of statements over the input shapes and the GE operator's
+attributes (the com.bridge node's):
+
+- `Let(name, expr)`: a named value;
+- `Require(arg, cond, *message)`: refuse when `cond` is definitely false, with
+  "<Op>: argument '<arg>': <message>" (the spec's OpError words);
+- `Out(index, [dims])` / `OutSame(index, input)`: an output shape.
+
+Values are ints or unknown (None here, `kUnknown` in C++): an unknown dim, or
+anything of an input of unknown rank, makes what depends on it unknown, and a
+check on an unknown value passes (as the spec's shape functions do). A dim
+index outside a shape's rank reads as unknown; rank checks come first.
+"""
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+from bridge.ops import OpError
+from bridge.ops.spec import dims as dims_text
+from bridge.untrusted import cpp_string
+
+
+# -- expressions ---------------------------------------------------------------
+class Expr:
+    def py(self, env: "Env"):
+        raise NotImplementedError
+
+    def cpp(self) -> str:
+        raise NotImplementedError
+
+    def __add__(self, o):
+        return Bin("Add", self, lift(o))
+
+    def __sub__(self, o):
+        return Bin("Sub", self, lift(o))
+
+    def __mul__(self, o):
+        return Bin("Mul", self, lift(o))
+
+    def __floordiv__(self, o):
+        return Bin("FloorDiv", self, lift(o))
+
+    def eq(self, o):
+        return Cmp("Eq", self, lift(o))
+
+    def ne(self, o):
+        return Cmp("Ne", self, lift(o))
+
+    def ge(self, o):
+        return Cmp("Ge", self, lift(o))
+
+    def gt(self, o):
+        return Cmp("Gt", self, lift(o))
+
+    def le(self, o):
+        return Cmp("Le", self, lift(o))
+
+    def lt(self, o):
+        return Cmp("Lt", self, lift(o))
+
+
+def lift(v) -> Expr:
+    return v if isinstance(v, Expr) else Const(int(v))
+
+
+@dataclass(frozen=True, eq=False)
+class Const(Expr):
+    value: int
+
+    def py(self, env):
+        return self.value
+
+    def cpp(self):
+        return f"int64_t{{{self.value}}}"
+
+
+@dataclass(frozen=True, eq=False)
+class Rank(Expr):
+    input: int
+
+    def py(self, env):
+        s = env.shapes[self.input]
+        return None if s is None else len(s)
+
+    def cpp(self):
+        return f"Rank(in[{self.input}])"
+
+
+@dataclass(frozen=True, eq=False)
+class Dim(Expr):
+    input: int
+    axis: int  # negative counts from the end
+
+    def py(self, env):
+        s = env.shapes[self.input]
+        if s is None:
+            return None
+        k = self.axis + len(s) if self.axis < 0 else self.axis
+        return s[k] if 0 <= k < len(s) else None
+
+    def cpp(self):
+        return f"Dim(in[{self.input}], {self.axis})"
+
+
+@dataclass(frozen=True, eq=False)
+class Attr(Expr):
+    """An int attribute."""
+    name: str
+
+    def py(self, env):
+        return int(env.attrs[self.name])
+
+    def cpp(self):
+        return f"static_cast<int64_t>(attrs.{self.name})"
+
+
+@dataclass(frozen=True, eq=False)
+class Len(Expr):
+    name: str
+
+    def py(self, env):
+        return len(env.attrs[self.name])
+
+    def cpp(self):
+        return f"static_cast<int64_t>(attrs.{self.name}.size())"
+
+
+@dataclass(frozen=True, eq=False)
+class Item(Expr):
+    """Element `index` of an int-list attribute (its length checked before)."""
+    name: str
+    index: int
+
+    def py(self, env):
+        return int(env.attrs[self.name][self.index])
+
+    def cpp(self):
+        return f"Item(attrs.{self.name}, {self.index})"
+
+
+@dataclass(frozen=True, eq=False)
+class Var(Expr):
+    name: str
+
+    def py(self, env):
+        return env.vars[self.name]
+
+    def cpp(self):
+        return f"v_{self.name}"
+
+
+def _floordiv(a, b):
+    return a // b
+
+
+def _ceildiv(a, b):
+    return -((-a) // b)
+
+
+_BIN = {"Add": operator.add, "Sub": operator.sub, "Mul": operator.mul, "FloorDiv": _floordiv,
+        "CeilDiv": _ceildiv, "Max": max}
+
+
+@dataclass(frozen=True, eq=False)
+class Bin(Expr):
+    op: str
+    a: Expr
+    b: Expr
+
+    def py(self, env):
+        x, y = self.a.py(env), self.b.py(env)
+        return None if x is None or y is None else _BIN[self.op](x, y)
+
+    def cpp(self):
+        return f"{self.op}({self.a.cpp()}, {self.b.cpp()})"
+
+
+def ceildiv(a, b) -> Expr:
+    return Bin("CeilDiv", lift(a), lift(b))
+
+
+def maximum(a, b) -> Expr:
+    return Bin("Max", lift(a), lift(b))
+
+
+@dataclass(frozen=True, eq=False)
+class Coalesce(Expr):
+    """`a` where known, else `b`."""
+    a: Expr
+    b: Expr
+
+    def py(self, env):
+        x = self.a.py(env)
+        return self.b.py(env) if x is None else x
+
+    def cpp(self):
+        return f"Coalesce({self.a.cpp()}, {self.b.cpp()})"
+
+
+# -- conditions: True, False or None (unknown); C++ 1, 0, -1 ------------------
+_CMP = {"Eq": operator.eq, "Ne": operator.ne, "Ge": operator.ge, "Gt": operator.gt, "Le": operator.le,
+        "Lt": operator.lt}
+
+
+@dataclass(frozen=True, eq=False)
+class Cmp(Expr):
+    op: str
+    a: Expr
+    b: Expr
+
+    def py(self, env):
+        x, y = self.a.py(env), self.b.py(env)
+        return None if x is None or y is None else _CMP[self.op](x, y)
+
+    def cpp(self):
+        return f"{self.op}({self.a.cpp()}, {self.b.cpp()})"
+
+
+@dataclass(frozen=True, eq=False)
+class Kleene(Expr):
+    """Three-valued and / or: a definite part decides, else unknown stays unknown."""
+    kind: str  # "And" or "Or"
+    parts: Tuple[Expr, ...]
+
+    def py(self, env):
+        vals = [p.py(env) for p in self.parts]
+        decisive = self.kind == "Or"  # the value that settles it
+        if any(v is decisive for v in vals):
+            return decisive
+        return None if any(v is None for v in vals) else not decisive
+
+    def cpp(self):
+        return f"{self.kind}({{" + ", ".join(p.cpp() for p in self.parts) + "})"
+
+
+def all_of(*parts) -> Expr:
+    return Kleene("And", tuple(parts))
+
+
+def any_of(*parts) -> Expr:
+    return Kleene("Or", tuple(parts))
+
+
+@dataclass(frozen=True, eq=False)
+class EachItem(Expr):
+    """Every element of a list attribute satisfies `item <op> value` (a NaN never does)."""
+    name: str
+    op: str
+    value: float
+
+    def py(self, env):
+        return all(_CMP[self.op](v, self.value) for v in env.attrs[self.name])
+
+    def cpp(self):
+        return f"EachItem(attrs.{self.name}, [](double v) {{ return v {_CPP_OP[self.op]} {float(self.value)!r}; }})"
+
+
+_CPP_OP = {"Eq": "==", "Ne": "!=", "Ge": ">=", "Gt": ">", "Le": "<=", "Lt": "<"}
+
+
+# -- message pieces --------------------------------------------------------------
+class Text:
+    def py(self, env) -> str:
+        raise NotImplementedError
+
+    def cpp(self) -> str:
+        """A C++ expression appended to a std::string."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Lit(Text):
+    text: str
+
+    def py(self, env):
+        return self.text
+
+    def cpp(self):
+        return f"std::string({cpp_string(self.text)})"
+
+
+@dataclass(frozen=True)
+class Int(Text):
+    """An int value (known where the message is built)."""
+    expr: Expr
+
+    def py(self, env):
+        return str(self.expr.py(env))
+
+    def cpp(self):
+        return f"IntText({self.expr.cpp()})"
+
+
+@dataclass(frozen=True)
+class ShapeOf(Text):
+    """An input's shape as bridge.ops.spec.dims writes it: [1,?,7], <unknown rank>."""
+    input: int
+
+    def py(self, env):
+        return dims_text(env.shapes[self.input])
+
+    def cpp(self):
+        return f"ShapeText(in[{self.input}])"
+
+
+@dataclass(frozen=True)
+class DimsOf(Text):
+    """Values as a shape: [8] or [?]."""
+    exprs: Tuple[Expr, ...]
+
+    def py(self, env):
+        return dims_text(tuple(e.py(env) for e in self.exprs))
+
+    def cpp(self):
+        return "DimsText({" + ", ".join(e.cpp() for e in self.exprs) + "})"
+
+
+@dataclass(frozen=True)
+class ListOf(Text):
+    """A list attribute, as `dims` writes it ("[1,2,2]") or as Python's list repr
+    ("[1, 2, 2]", floats as repr: "[10.0, -13.0]")."""
+    name: str
+    style: str = "dims"  # or "python"
+
+    def py(self, env):
+        values = list(env.attrs[self.name])
+        return dims_text(tuple(values)) if self.style == "dims" else repr(values)
+
+    def cpp(self):
+        return f"ListText(attrs.{self.name}, {'false' if self.style == 'dims' else 'true'})"
+
+
+@dataclass(frozen=True)
+class FirstFailing(Text):
+    """The first element of a list attribute failing `EachItem(name, op, value)`, as repr."""
+    name: str
+    op: str
+    value: float
+
+    def py(self, env):
+        bad = [v for v in env.attrs[self.name] if not _CMP[self.op](v, self.value)]
+        return repr(bad[0]) if bad else ""
+
+    def cpp(self):
+        return (f"FirstFailingText(attrs.{self.name}, [](double v) {{ return v {_CPP_OP[self.op]} "
+                f"{float(self.value)!r}; }})")
+
+
+Piece = Union[str, Text, Expr]
+
+
+def _piece(p: Piece) -> Text:
+    if isinstance(p, str):
+        return Lit(p)
+    if isinstance(p, Expr):
+        return Int(p)
+    return p
+
+
+# -- statements ------------------------------------------------------------------
+@dataclass(frozen=True)
+class Let:
+    name: str
+    expr: Expr
+
+
+@dataclass(frozen=True)
+class Require:
+    arg: str
+    cond: Expr
+    message: Tuple[Text, ...]
+
+    def __init__(self, arg: str, cond: Expr, *message: Piece):
+        object.__setattr__(self, "arg", arg)
+        object.__setattr__(self, "cond", cond)
+        object.__setattr__(self, "message", tuple(_piece(p) for p in message))
+
+
+@dataclass(frozen=True)
+class Out:
+    index: int
+    dims: Tuple[Expr, ...]
+
+    def __init__(self, index: int, dims: Sequence[Union[Expr, int]]):
+        object.__setattr__(self, "index", index)
+        object.__setattr__(self, "dims", tuple(lift(d) for d in dims))
+
+
+@dataclass(frozen=True)
+class OutSame:
+    index: int
+    input: int
+
+
+Statement = Union[Let, Require, Out, OutSame]
+
+
+@dataclass
+class Env:
+    shapes: Sequence[Optional[Tuple[Optional[int], ...]]]
+    attrs: Dict[str, Any]
+    vars: Dict[str, Any]
+
+
+# -- the Python twin -------------------------------------------------------------
+def evaluate(op: str, table: Sequence[Statement], n_outputs: int, shapes, attrs: Dict[str, Any]):
+    """Output shapes (None dims unknown, None for unknown rank), or OpError: what
+    the generated C++ computes, in Python."""
+    env = Env(list(shapes), dict(attrs), {})
+    outs: List[Any] = [None] * n_outputs
+    for st in table:
+        if isinstance(st, Let):
+            env.vars[st.name] = st.expr.py(env)
+        elif isinstance(st, Require):
+            if st.cond.py(env) is False:
+                raise OpError(op, st.arg, "".join(p.py(env) for p in st.message))
+        elif isinstance(st, Out):
+            outs[st.index] = tuple(d.py(env) for d in st.dims)
+        elif isinstance(st, OutSame):
+            outs[st.index] = env.shapes[st.input]
+    return tuple(outs)
+
+
+# -- the C++ ---------------------------------------------------------------------
+def cpp_body(op: str, table: Sequence[Statement]) -> List[str]:
+    """The statements of `bool Infer<Op>(in, attrs, out, error)` (GE-independent)."""
+    lines: List[str] = []
+    declared = set()
+    for st in table:
+        if isinstance(st, Let):
+            decl = "" if st.name in declared else "int64_t "
+            declared.add(st.name)
+            lines.append(f"  {decl}v_{st.name} = {st.expr.cpp()};")
+        elif isinstance(st, Require):
+            prefix = cpp_string(f"{op}: argument '{st.arg}': ")
+            msg = " + ".join([f"std::string({prefix})"] + [p.cpp() for p in st.message])
+            lines += [f"  if ({st.cond.cpp()} == 0) {{", f"    *error = {msg};", "    return false;", "  }"]
+        elif isinstance(st, Out):
+            lines.append(f"  (*out)[{st.index}] = Known({{" + ", ".join(d.cpp() for d in st.dims) + "});")
+        elif isinstance(st, OutSame):
+            lines.append(f"  (*out)[{st.index}] = in[{st.input}];")
+    for name in sorted(declared):  # a Let only read by some branches is still used
+        lines.append(f"  (void)v_{name};")
+    lines.append("  return true;")
+    return lines
+
+
+VALUE_HELPERS = r'''// The value helpers of the generated shape functions: an unknown dim (GE's -1) or
+// anything of an input of unknown rank (GE's [-2]) is kUnknown and stays unknown;
+// a check on an unknown value passes (tri-state: 1 true, 0 false, -1 unknown).
+constexpr int64_t kUnknown = std::numeric_limits<int64_t>::min();
+
+struct Dims {
+  bool known_rank = false;
+  std::vector<int64_t> d;  // kUnknown for an unknown dim
+};
+
+inline Dims Known(std::initializer_list<int64_t> values) {
+  Dims s;
+  s.known_rank = true;
+  s.d.assign(values.begin(), values.end());
+  return s;
+}
+
+inline int64_t Rank(const Dims &s) { return s.known_rank ? static_cast<int64_t>(s.d.size()) : kUnknown; }
+
+inline int64_t Dim(const Dims &s, int64_t axis) {
+  if (!s.known_rank) return kUnknown;
+  const int64_t n = static_cast<int64_t>(s.d.size());
+  const int64_t k = axis < 0 ? axis + n : axis;
+  return (k < 0 || k >= n) ? kUnknown : s.d[static_cast<size_t>(k)];
+}
+
+inline int64_t Item(const std::vector<int64_t> &v, size_t i) { return i < v.size() ? v[i] : kUnknown; }
+
+inline bool Either(int64_t a, int64_t b) { return a == kUnknown || b == kUnknown; }
+inline int64_t Add(int64_t a, int64_t b) { return Either(a, b) ? kUnknown : a + b; }
+inline int64_t Sub(int64_t a, int64_t b) { return Either(a, b) ? kUnknown : a - b; }
+inline int64_t Mul(int64_t a, int64_t b) { return Either(a, b) ? kUnknown : a * b; }
+inline int64_t Max(int64_t a, int64_t b) { return Either(a, b) ? kUnknown : (a > b ? a : b); }
+// Python's floor division (the spec's //), for b != 0.
+inline int64_t FloorDiv(int64_t a, int64_t b) {
+  if (Either(a, b) || b == 0) return kUnknown;
+  int64_t q = a / b;
+  if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
+  return q;
+}
+inline int64_t CeilDiv(int64_t a, int64_t b) { return Either(a, b) ? kUnknown : -FloorDiv(-a, b); }
+inline int64_t Coalesce(int64_t a, int64_t b) { return a != kUnknown ? a : b; }
+
+inline int Eq(int64_t a, int64_t b) { return Either(a, b) ? -1 : (a == b ? 1 : 0); }
+inline int Ne(int64_t a, int64_t b) { return Either(a, b) ? -1 : (a != b ? 1 : 0); }
+inline int Ge(int64_t a, int64_t b) { return Either(a, b) ? -1 : (a >= b ? 1 : 0); }
+inline int Gt(int64_t a, int64_t b) { return Either(a, b) ? -1 : (a > b ? 1 : 0); }
+inline int Le(int64_t a, int64_t b) { return Either(a, b) ? -1 : (a <= b ? 1 : 0); }
+inline int Lt(int64_t a, int64_t b) { return Either(a, b) ? -1 : (a < b ? 1 : 0); }
+inline int And(std::initializer_list<int> parts) {
+  int out = 1;
+  for (int p : parts) {
+    if (p == 0) return 0;
+    if (p < 0) out = -1;
+  }
+  return out;
+}
+inline int Or(std::initializer_list<int> parts) {
+  int out = 0;
+  for (int p : parts) {
+    if (p == 1) return 1;
+    if (p < 0) out = -1;
+  }
+  return out;
+}
+
+template <typename T, typename Pred>
+int EachItem(const std::vector<T> &values, Pred pred) {
+  for (const T &v : values) {
+    if (!pred(static_cast<double>(v))) return 0;
+  }
+  return 1;
+}
+
+// Python's repr of a float: the shortest digits that read back, fixed notation for
+// decimal exponents -4 < e <= 16, else d.ddde+XX (what the spec's messages print).
+inline std::string PyFloat(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  char buf[40];
+  int prec = 1;
+  for (; prec <= 17; ++prec) {
+    std::snprintf(buf, sizeof(buf), "%.*e", prec - 1, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  std::string s(buf);
+  std::string sign;
+  if (s[0] == '-') {
+    sign = "-";
+    s = s.substr(1);
+  }
+  const size_t e = s.find('e');
+  std::string digits = s.substr(0, 1) + (e > 2 ? s.substr(2, e - 2) : std::string());
+  const int exp10 = std::atoi(s.c_str() + e + 1);
+  while (digits.size() > 1 && digits.back() == '0') digits.pop_back();
+  const int point = exp10 + 1;  // digits before the decimal point
+  const int n = static_cast<int>(digits.size());
+  if (point > -4 && point <= 16) {
+    if (point <= 0) return sign + "0." + std::string(static_cast<size_t>(-point), '0') + digits;
+    if (point >= n) return sign + digits + std::string(static_cast<size_t>(point - n), '0') + ".0";
+    return sign + digits.substr(0, static_cast<size_t>(point)) + "." + digits.substr(static_cast<size_t>(point));
+  }
+  std::string mant = digits.substr(0, 1) + (n > 1 ? "." + digits.substr(1) : std::string());
+  char ebuf[16];
+  std::snprintf(ebuf, sizeof(ebuf), "e%c%02d", exp10 < 0 ? '-' : '+', exp10 < 0 ? -exp10 : exp10);
+  return sign + mant + ebuf;
+}
+
+inline std::string IntText(int64_t v) { return v == kUnknown ? std::string("?") : std::to_string(v); }
+
+inline std::string DimsText(std::initializer_list<int64_t> values) {
+  std::string out = "[";
+  bool first = true;
+  for (int64_t v : values) {
+    out += (first ? "" : ",") + IntText(v);
+    first = false;
+  }
+  return out + "]";
+}
+
+inline std::string ShapeText(const Dims &s) {
+  if (!s.known_rank) return "<unknown rank>";
+  std::string out = "[";
+  for (size_t i = 0; i < s.d.size(); ++i) out += (i ? "," : "") + IntText(s.d[i]);
+  return out + "]";
+}
+
+inline std::string ItemText(int64_t v) { return std::to_string(v); }
+inline std::string ItemText(float v) { return PyFloat(static_cast<double>(v)); }
+
+// A list attribute as bridge.ops.spec.dims writes it, or as Python's list repr.
+template <typename T>
+std::string ListText(const std::vector<T> &values, bool python) {
+  std::string out = "[";
+  for (size_t i = 0; i < values.size(); ++i) out += (i ? (python ? ", " : ",") : "") + ItemText(values[i]);
+  return out + "]";
+}
+
+template <typename T, typename Pred>
+std::string FirstFailingText(const std::vector<T> &values, Pred pred) {
+  for (const T &v : values) {
+    if (!pred(static_cast<double>(v))) return ItemText(v);
+  }
+  return std::string();
+}
+
+'''

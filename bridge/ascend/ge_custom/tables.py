@@ -1,0 +1,255 @@
+"""The shape table of each op (rules.py), in the GE operator's terms: its inputs in
+spec order and the com.bridge node's attributes, with the spec's checks and words.
+
+bridge's own ops have a table written here beside their spec (the shape functions
+are Python; the table states the same rules as data, and test_ascend_custom_route
+checks the twin against `spec.infer_shapes` on many shapes, bad ones included).
+A team's op gets the first of the `TEAM_PATTERNS` whose twin agrees with its
+shape function on every probe (same shapes, same refusals, same words); an op
+none fits is refused by name (`NoShapeTable`).
+"""
+from __future__ import annotations
+
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from bridge import ops
+from bridge.ops import OpError
+from bridge.ascend.ge_custom.rules import (Attr, Coalesce, Const, Dim, DimsOf, EachItem, FirstFailing, Int, Item, Len,
+                                           Let, ListOf, Out, OutSame, Rank, Require, ShapeOf, Statement, Var, all_of,
+                                           evaluate)
+
+
+class NoShapeTable(ValueError):
+    """No generated InferShape states this op's shape function."""
+
+
+def _fused_layer_norm(spec) -> List[Statement]:
+    h = Var("h")
+    t: List[Statement] = [Require("x", Rank(0).ne(0), "must have rank >= 1, got a scalar (shape [])"),
+                          Let("h", Dim(0, -1))]
+    for i, arg in ((1, "gamma"), (2, "beta")):
+        t.append(Require(arg, Rank(i).eq(1), "must have shape [H]=", DimsOf((h,)), " (the last dim of x ", ShapeOf(0),
+                         "), got ", ShapeOf(i)))
+        t.append(Require(arg, Dim(i, 0).eq(h), "must have shape [H]=[", Int(h), "] (the last dim of x ", ShapeOf(0),
+                         "), got ", ShapeOf(i)))
+    return t + [OutSame(0, 0)]
+
+
+def _yolo_decode(spec) -> List[Statement]:
+    n_anchor = Len("anchors")
+    classes = Attr("num_classes")
+    a, c = Var("a"), Var("c")
+    rows = Var("rows")
+    return [
+        Require("anchors", all_of(n_anchor.ne(0), (n_anchor - (n_anchor // 2) * 2).eq(0)),
+                "needs 2*A values [w0,h0,w1,h1,...], got ", n_anchor),
+        Require("anchors", EachItem("anchors", "Gt", 0.0), "must all be positive, got ",
+                FirstFailing("anchors", "Gt", 0.0), " in ", ListOf("anchors", "python")),
+        Require("num_classes", classes.ge(1), "must be >= 1, got ", classes),
+        Require("stride", Attr("stride").ge(1), "must be >= 1, got ", Attr("stride")),
+        Let("a", n_anchor // 2),
+        Let("c", a * (Const(5) + classes)),
+        Require("raw", Rank(0).eq(4), "must have rank 4 [N,H,W,A*(5+C)], got ", ShapeOf(0)),
+        Require("raw", Dim(0, 3).eq(c), "last dim must be A*(5+C) = ", a, "*(5+", classes, ") = ", c, ", got ",
+                ShapeOf(0)),
+        Let("rows", Dim(0, 1) * Dim(0, 2) * a),
+        Out(0, [Dim(0, 0), rows, 4]),
+        Out(1, [Dim(0, 0), rows]),
+        Out(2, [Dim(0, 0), rows, classes]),
+    ]
+
+
+def _yolo_conv_bn_leaky(spec) -> List[Statement]:
+    t: List[Statement] = []
+    for arg, what in (("strides", "[sh,sw]"), ("dilations", "[dh,dw]")):
+        t.append(Require(arg, all_of(Len(arg).eq(2), EachItem(arg, "Ge", 1)), f"needs 2 positive values {what}, got ",
+                         ListOf(arg)))
+    t.append(Require("pads", all_of(Len("pads").eq(4), EachItem("pads", "Ge", 0)),
+                     "needs 4 non-negative values [top,left,bottom,right], got ", ListOf("pads")))
+    t.append(Require("x", Rank(0).eq(4), "must have rank 4 [N,H,W,Cin], got ", ShapeOf(0)))
+    t.append(Require("filter", Rank(1).eq(4), "must have rank 4 [KH,KW,Cin,Cout], got ", ShapeOf(1)))
+    t.append(Require("filter", Dim(0, 3).eq(Dim(1, 2)), "Cin mismatch: x ", ShapeOf(0), " has Cin=", Dim(0, 3),
+                     ", filter ", ShapeOf(1), " has Cin=", Dim(1, 2)))
+    cout = Var("cout")
+    t.append(Let("cout", Dim(1, 3)))
+    for i, arg in enumerate(spec.inputs[2:], start=2):
+        t.append(Require(arg.name, all_of(Rank(i).eq(1), Dim(i, 0).eq(cout)), "must have shape [Cout]=",
+                         DimsOf((cout,)), " (filter ", ShapeOf(1), "), got ", ShapeOf(i)))
+        t.append(Let("cout", Coalesce(cout, Dim(i, 0))))
+    for axis, ax in ((0, "h"), (1, "w")):
+        size, k = Dim(0, 1 + axis), Dim(1, axis)
+        s, d = Item("strides", axis), Item("dilations", axis)
+        before, after = Item("pads", axis), Item("pads", 2 + axis)
+        eff, num = Var(f"eff_{ax}"), Var(f"num_{ax}")
+        t += [Let(f"eff_{ax}", (k - 1) * d + 1),
+              Let(f"num_{ax}", size + before + after - eff + s),
+              Require("x", num.ge(0), f"{ax.upper()} axis of x ", ShapeOf(0), " with filter ", ShapeOf(1),
+                      ": computed output size would be negative: input ", Int(size), " + padding ", before, "+", after,
+                      ", effective filter ", eff, ", stride ", s),
+              Let(f"o_{ax}", num // s)]
+    return t + [Out(0, [Dim(0, 0), Var("o_h"), Var("o_w"), cout])]
+
+
+BUILTIN_TABLES: Dict[str, Callable] = {
+    "FusedLayerNorm": _fused_layer_norm,
+    "YoloDecode": _yolo_decode,
+    "YoloConvBnLeaky": _yolo_conv_bn_leaky,
+}
+
+
+# -- a team's op -------------------------------------------------------------------
+def _last_axis_params(spec) -> List[Statement]:
+    """y = f(x, p1, ...) with every p [C], C the last dim of x; outputs shaped as x."""
+    first = spec.inputs[0].name
+    c = Var("c")
+    t: List[Statement] = [Require(first, Rank(0).ne(0), "must have rank >= 1, got a scalar (shape [])"),
+                          Let("c", Dim(0, -1))]
+    for i, arg in enumerate(spec.inputs[1:], start=1):
+        t.append(Require(arg.name, all_of(Rank(i).eq(1), Dim(i, 0).eq(c)), "must have shape [C]=", DimsOf((c,)),
+                         f" (the last dim of {first} ", ShapeOf(0), "), got ", ShapeOf(i)))
+    return t + [OutSame(k, 0) for k in range(len(spec.outputs))]
+
+
+def _same_as_first_input(spec) -> List[Statement]:
+    """Every output takes the first input's shape; nothing is refused."""
+    return [OutSame(k, 0) for k in range(len(spec.outputs))]
+
+
+TEAM_PATTERNS: Tuple[Tuple[str, Callable], ...] = (
+    ("last-axis parameters", _last_axis_params),
+    ("same as the first input", _same_as_first_input),
+)
+
+
+def _probe_dims(rng, rank: int) -> List[Optional[int]]:
+    return [None if rng.random() < 0.15 else int(rng.choice([0, 1, 2, 3, 5, 7])) for _ in range(rank)]
+
+
+def _mutations(shapes: tuple):
+    """A good call's shapes one step off: an input of unknown rank, a dim unknown or
+    one larger, a rank one more or one less."""
+    for i, s in enumerate(shapes):
+        def put(new):
+            return shapes[:i] + (new,) + shapes[i + 1:]
+        yield put(None)
+        yield put(tuple(s) + (1,))
+        if s:
+            yield put(tuple(s)[:-1])
+        for k in range(len(s)):
+            yield put(tuple(s[:k]) + (None,) + tuple(s[k + 1:]))
+            yield put(tuple(s[:k]) + (s[k] + 1,) + tuple(s[k + 1:]))
+
+
+def probe_shapes(spec, seed: int = 0, count: int = 400) -> List[tuple]:
+    """Input shape tuples for comparing a table with the spec: the spec's own case
+    tables, then random ranks 0..4 with dims tied to the first input's (equal, one
+    off, unknown) so both the accepted and the refused sides are reached."""
+    rng = np.random.default_rng(seed)
+    n = len(spec.inputs)
+    out = [tuple(e.shapes) for e in spec.examples()] + [tuple(b.shapes) for b in spec.bad_inputs() if b.kind == "shape"]
+    for shapes in [tuple(e.shapes) for e in spec.examples() if not e.large]:
+        out += list(_mutations(shapes))
+    for _ in range(count):
+        first = None if rng.random() < 0.08 else tuple(_probe_dims(rng, int(rng.integers(0, 5))))
+        shapes = [first]
+        last = first[-1] if first else 3
+        for _ in range(n - 1):
+            pick = rng.random()
+            if pick < 0.08:
+                shapes.append(None)
+            elif pick < 0.55:
+                shapes.append((last,))
+            elif pick < 0.7:
+                shapes.append(first)
+            elif pick < 0.85:
+                shapes.append(((last or 0) + 1,))
+            else:
+                shapes.append(tuple(_probe_dims(rng, int(rng.integers(0, 3)))))
+        out.append(tuple(shapes))
+    return out
+
+
+def spec_result(spec, shapes, onnx_attrs: dict):
+    """What the spec says for the GE operator's call: output shapes or the error's words."""
+    try:
+        return ("ok", spec.infer_shapes(list(shapes), **spec.from_onnx_attrs(**onnx_attrs)))
+    except OpError as e:
+        return ("error", str(e))
+
+
+def table_result(spec, table, shapes, onnx_attrs: dict):
+    try:
+        return ("ok", evaluate(spec.name, table, len(spec.outputs), shapes, spec.resolve_onnx(onnx_attrs)))
+    except OpError as e:
+        return ("error", str(e))
+
+
+def disagreement(spec, table, cases) -> Optional[str]:
+    """The first (shapes, attrs) where the table and the spec differ, described; else None."""
+    for shapes, attrs in cases:
+        want, got = spec_result(spec, shapes, attrs), table_result(spec, table, shapes, attrs)
+        if want != got:
+            return f"inputs {[ops.spec.dims(s) for s in shapes]}: the spec says {want[1]}, the table {got[1]}"
+    return None
+
+
+def team_attrs(spec) -> List[dict]:
+    """Attribute sets to probe a team's op with: its examples' and the defaults."""
+    seen = [dict(e.onnx_attrs) for e in spec.examples()]
+    if all(a.default is not ops.REQUIRED for a in spec.onnx_attrs):
+        seen.append({})
+    return seen or [{}]
+
+
+_TABLES: Dict[int, tuple] = {}  # id(spec) -> (spec, origin, table): a spec need not be registered
+
+
+def _table_of(spec) -> Tuple[str, Tuple[Statement, ...]]:
+    hit = _TABLES.get(id(spec))
+    if hit is not None and hit[0] is spec:
+        return hit[1], hit[2]
+    name = spec.name
+    if ops.is_builtin(spec):
+        if name not in BUILTIN_TABLES:
+            raise NoShapeTable(f"{name}: bridge's op has no GE shape table (bridge/ascend/ge_custom/tables.py)")
+        origin, table = "bridge's table", tuple(BUILTIN_TABLES[name](spec))
+    else:
+        origin, table = _team_table(spec)
+    _TABLES[id(spec)] = (spec, origin, table)
+    return origin, table
+
+
+def _team_table(spec) -> Tuple[str, Tuple[Statement, ...]]:
+    cases = [(s, a) for a in team_attrs(spec) for s in probe_shapes(spec)]
+    why = []
+    for label, pattern in TEAM_PATTERNS:
+        table = pattern(spec)
+        bad = disagreement(spec, table, cases)
+        if bad is None:
+            return label, tuple(table)
+        why.append(f"{label}: {bad}")
+    raise NoShapeTable(f"{spec.name}: no generated InferShape agrees with the spec's shape function ("
+                       + "; ".join(why) + ")")
+
+
+def shape_table(spec) -> Tuple[Statement, ...]:
+    return _table_of(spec)[1]
+
+
+def table_origin(spec) -> str:
+    """Where the op's table came from: "bridge's table" or the team pattern's name."""
+    return _table_of(spec)[0]
+
+
+def custom_specs() -> Tuple:
+    """The ops the custom-operator route covers: every op with a shape table."""
+    out = []
+    for spec in ops.all_specs():
+        try:
+            shape_table(spec)
+        except NoShapeTable:
+            continue
+        out.append(spec)
+    return tuple(out)

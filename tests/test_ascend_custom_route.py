@@ -1,0 +1,450 @@
+"""The GE custom-operator route (`bridge export --to ge --route custom-op`):
+
+- the generated InferShape, as its Python twin, against the spec's shape function on
+  many shapes (the spec's case tables, one-step mutations of them, random ones), bad
+  ones included, for bridge's three ops and a team's op (examples/custom_op, loaded
+  without registering it: the other tests see exactly bridge's ops);
+- the same C++ (GE-independent part) compiled here with g++ and run on those cases;
+- the names that must agree (REG_OP, the REG_AUTO_MAPPING_OP class, the plugin's GE
+  type, npu_supported_ops.json) read back from the generated files;
+- the bundle, and `bridge ascend check --plugins` on both routes;
+- with CANN's public headers (BRIDGE_GE_CUSTOM_OP_HEADERS), -fsyntax-only -Werror.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bridge import ops
+from bridge.ascend import opp, render_cpp
+from bridge.ascend.ge_custom import common, render, tables
+from bridge.ascend.ge_custom.package import package_files
+from bridge.ascend.ge_names import ge_op_type
+from bridge.ascend.origins import plugin_origins
+from bridge.ops.spec import dims
+
+from ascend_models import one_op_model
+
+ROOT = Path(__file__).resolve().parent.parent
+TEAM_SPEC = ROOT / "examples" / "custom_op" / "fused_bias_gelu.py"
+
+
+def _team_spec():
+    m = importlib.util.spec_from_file_location("scratch_ge_custom_fused_bias_gelu", TEAM_SPEC)
+    module = importlib.util.module_from_spec(m)
+    m.loader.exec_module(module)
+    return module.SPEC
+
+
+TEAM = _team_spec()
+SPECS = list(ops.all_specs()) + [TEAM]
+
+
+def _f32(attrs):
+    """Float attributes as GE holds them (float32), so C++ and Python print the same."""
+    def one(v):
+        if isinstance(v, float):
+            return float(np.float32(v))
+        if isinstance(v, (tuple, list)) and v and isinstance(v[0], float):
+            return tuple(float(np.float32(x)) for x in v)
+        return v
+    return {k: one(v) for k, v in attrs.items()}
+
+
+def _cases(spec, count=250):
+    """(input shapes, the node's attributes): bad inputs with their attributes, then
+    probe shapes under each example's and each bad input's attributes."""
+    bad = [(tuple(b.shapes), _f32(b.onnx[0])) for b in spec.bad_inputs() if b.in_onnx]
+    attr_sets = [_f32(e.onnx_attrs) for e in spec.examples()] + [a for _, a in bad] or [{}]
+    if not spec.examples():
+        attr_sets = [_f32(a) for a in tables.team_attrs(spec)]
+    uniq = []
+    for a in attr_sets:
+        if a not in uniq:
+            uniq.append(a)
+    out = list(bad)
+    for i, a in enumerate(uniq[:6]):
+        out += [(s, a) for s in tables.probe_shapes(spec, seed=i, count=count)]
+    return out
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+def test_infer_shape_twin_matches_the_spec(spec):
+    table = tables.shape_table(spec)
+    cases = _cases(spec)
+    results = [tables.spec_result(spec, s, a) for s, a in cases]
+    refused = sum(1 for r in results if r[0] == "error")
+    accepted = len(results) - refused
+    assert refused >= 100 and accepted >= 100, (accepted, refused)  # both sides reached
+    for (shapes, attrs), want in zip(cases, results):
+        got = tables.table_result(spec, table, shapes, attrs)
+        assert got == want, f"{spec.name} {[dims(s) for s in shapes]} {attrs}"
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+def test_infer_dtype_twin(spec):
+    n = len(spec.inputs)
+    for d in ("float32", "float16", "bfloat16", "float64", "int32"):
+        try:
+            spec.check_dtype(d)
+            want = ("ok", (d,) * len(spec.outputs))
+        except ops.OpError as e:
+            want = ("error", str(e))
+        try:
+            got = ("ok", render.infer_dtypes(spec, (d,) * n))
+        except ops.OpError as e:
+            got = ("error", str(e))
+        assert got == want
+    if n > 1:
+        with pytest.raises(ops.OpError, match=rf"argument '{spec.inputs[1].name}': dtype float16 differs from"):
+            render.infer_dtypes(spec, ("float32", "float16") + ("float32",) * (n - 2))
+
+
+def test_team_op_gets_the_pattern_its_shape_function_states():
+    assert tables.table_origin(TEAM) == "last-axis parameters"
+    assert tables.table_origin(ops.get("YoloDecode")) == "bridge's table"
+
+
+def test_team_op_no_pattern_fits_is_refused_by_name():
+    import dataclasses
+
+    def infer(x, bias):
+        if x is not None and len(x) != 3:
+            raise ops.OpError("OddOp", "x", "must have rank 3")
+        return (x,)
+    odd = dataclasses.replace(TEAM, name="OddOp", _infer=infer)
+    with pytest.raises(tables.NoShapeTable, match=r"OddOp: no generated InferShape agrees .*must have rank 3"):
+        tables.shape_table(odd)
+
+
+def test_names_that_cannot_be_cpp_identifiers_are_refused():
+    import dataclasses
+    bad = dataclasses.replace(TEAM, onnx_attrs=(ops.Attr("not valid", "int", 1),))
+    with pytest.raises(ValueError, match=r"attribute 'not valid' cannot be a C\+\+ identifier"):
+        render.check_names(bad)
+    with pytest.raises(ValueError, match=r"tensor 'class' cannot"):
+        render.check_names(dataclasses.replace(TEAM, inputs=(ops.Arg("class"), ops.Arg("bias"))))
+
+
+# -- the names that must agree ---------------------------------------------------------
+def _one(pattern, text):
+    found = re.findall(pattern, text)
+    assert len(found) == 1, (pattern, found)
+    return found[0]
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+def test_the_four_names_agree(spec):
+    files = package_files([spec])
+    name = ge_op_type(spec)
+    proto = _one(r"\bREG_OP\((\w+)\)", files[f"op_graph/include/{spec.module}.h"])
+    src = files[f"op_graph/src/{spec.module}.cc"]
+    klass = _one(r"(?m)^class (\w+) : public ge::EagerExecuteOp, public ge::ShapeInferOp, public ge::CompilableOp, "
+                 r"public ge::PortableOp \{", src)
+    mapped = _one(r"REG_AUTO_MAPPING_OP\((\w+)\);", src)
+    plugin = files[opp.plugin_file(spec)]
+    ge_type = _one(r'REGISTER_CUSTOM_OP\("(\w+)"\)', plugin)
+    listed = list(json.loads(files["framework/tensorflow/npu_supported_ops.json"]))
+    assert proto == klass == mapped == ge_type == name and listed == [name]
+    assert set(re.findall(r'ge::AscendString\("([^"]+)"\)', plugin)) == set(plugin_origins(spec))
+    # the class implements every callback of the four interfaces
+    for method in ("InferShape", "InferDataType", "Compile", "Serialize", "Deserialize", "Execute"):
+        assert re.search(rf"ge::graphStatus {method}\(.*\) override \{{", src), method
+    assert f"bridge_kernels::Launch{name}(tensors, attrs, ctx->GetStream()," in src
+    # the REG_OP ports and attributes are the spec's, in order (RuntimeAttrs are read by index)
+    header = files[f"op_graph/include/{spec.module}.h"]
+    assert re.findall(r"\.INPUT\((\w+),", header) == [a.name for a in spec.inputs]
+    assert re.findall(r"\.OUTPUT\((\w+),", header) == [a.name for a in spec.outputs]
+    assert re.findall(r"\.(?:REQUIRED_)?ATTR\((\w+),", header) == [a.name for a in spec.onnx_attrs]
+    reads = re.findall(r"ReadAttr\(runtime, (\d+)U, &attrs->(\w+)\)", src)
+    assert reads == [(str(i), a.name) for i, a in enumerate(spec.onnx_attrs)]
+
+
+def test_default_route_names_come_from_the_same_place():
+    files = opp.package_files()
+    for spec in ops.all_specs():
+        plugin = files[opp.plugin_file(spec)].split("#ifdef BRIDGE_GE_CUSTOM_OP")[-1].split("#else")[0]
+        assert _one(r'REGISTER_CUSTOM_OP\("(\w+)"\)', plugin) == ge_op_type(spec)
+        assert _one(r"\bREG_OP\((\w+)\)", files[f"{opp.PROTO_DIR}/{spec.module}.h"]) == ge_op_type(spec)
+    assert sorted(json.loads(files["framework/tensorflow/npu_supported_ops.json"])) == \
+        sorted(ge_op_type(s) for s in ops.all_specs())
+
+
+# -- the C++, compiled here --------------------------------------------------------------
+# The program reads one case a line: the op, each input shape ("-" for an unknown rank,
+# else the rank and the dims, "?" unknown), then the attributes in REG_OP order (a list
+# as its length and values), and prints what Infer<Op> says.
+_READ = {"float": "    {{ double v; in >> v; a.{n} = static_cast<float>(v); }}",
+         "int": "    in >> a.{n};",
+         "list(int)": "    {{ size_t k; in >> k; a.{n}.resize(k); for (auto &v : a.{n}) in >> v; }}",
+         "list(float)": "    {{ size_t k; in >> k; a.{n}.resize(k); for (auto &v : a.{n}) {{ double d; in >> d; "
+                        "v = static_cast<float>(d); }} }}"}
+
+
+def _case_line(spec, shapes, attrs) -> str:
+    words = [ge_op_type(spec)]
+    for s in shapes:
+        words += ["-"] if s is None else [str(len(s))] + ["?" if d is None else str(d) for d in s]
+    resolved = spec.resolve_onnx(attrs)
+    for a in spec.onnx_attrs:
+        v = resolved[a.name]
+        words += [str(len(v)), *map(repr, v)] if a.is_list else [repr(v)]
+    return " ".join(words)
+
+
+def _driver(specs) -> str:
+    runs = []
+    for spec in specs:
+        op = ge_op_type(spec)
+        reads = "\n".join(_READ[a.type].format(n=a.name) for a in spec.onnx_attrs)
+        runs.append(f"""  if (op == "{op}") {{
+    std::vector<Dims> ins({len(spec.inputs)});
+    for (auto &d : ins) d = ReadDims(in);
+    {op}Attrs a;
+{reads}
+    std::vector<Dims> out;
+    std::string e;
+    Show(Infer{op}(ins, a, &out, &e), out, e);
+    return;
+  }}""")
+    includes = "\n".join(f'#include "{s.module}_shape.h"' for s in specs)
+    return f"""{includes}
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+using namespace bridge_ge;
+static void Show(bool ok, const std::vector<Dims> &out, const std::string &e) {{
+  if (!ok) {{ std::printf("%s\\n", e.c_str()); return; }}
+  std::string line = "ok ";
+  for (size_t k = 0; k < out.size(); ++k) line += (k ? ";" : "") + ShapeText(out[k]);
+  std::printf("%s\\n", line.c_str());
+}}
+static Dims ReadDims(std::istream &in) {{
+  std::string w;
+  in >> w;
+  Dims d;
+  if (w == "-") return d;
+  d.known_rank = true;
+  d.d.resize(std::stoul(w));
+  for (auto &v : d.d) {{ in >> w; v = w == "?" ? kUnknown : std::stoll(w); }}
+  return d;
+}}
+static void Run(const std::string &line) {{
+  std::istringstream in(line);
+  std::string op;
+  in >> op;
+  if (op == "float") {{ std::string v; in >> v; std::printf("%s\\n", PyFloat(std::strtod(v.c_str(), nullptr)).c_str()); return; }}
+{chr(10).join(runs)}
+  std::printf("unknown op %s\\n", op.c_str());
+}}
+static void Buffers() {{
+  std::map<std::string, std::vector<uint8_t>> bins{{{{"float32[1,2]", {{1, 2, 3}}}}, {{"float16[]", {{}}}}}};
+  std::vector<uint8_t> buf;
+  SerializeBinaries(bins, &buf);
+  std::map<std::string, std::vector<uint8_t>> back;
+  std::string e;
+  const bool read = DeserializeBinaries(buf, &back, &e);
+  std::printf("roundtrip %d %d\\n", read ? 1 : 0, back == bins ? 1 : 0);
+  int refused = 0;
+  for (size_t n = 1; n < buf.size(); ++n) {{
+    std::vector<uint8_t> cut(buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(n));
+    refused += DeserializeBinaries(cut, &back, &e) ? 0 : 1;
+  }}
+  buf.push_back(0);
+  refused += DeserializeBinaries(buf, &back, &e) ? 0 : 1;
+  std::printf("refused %d of %zu\\n", refused, buf.size() - 1);
+}}
+int main() {{
+  std::string line;
+  while (std::getline(std::cin, line)) Run(line);
+  Buffers();
+  return 0;
+}}
+"""
+
+
+def _twin_line(spec, shapes, attrs) -> str:
+    kind, value = tables.table_result(spec, tables.shape_table(spec), shapes, attrs)
+    return value if kind == "error" else "ok " + ";".join(dims(s) for s in value)
+
+
+FLOATS = [0.0, -0.0, 1.0, -13.0, 0.1, 1e-05, 1e-4, 0.00012345, 1e15, 1e16, 1.5e16, 123456789012345678.0,
+          1.5e-7, 3.4028234663852886e38, 5e-324, 2.5, 1 / 3, 100000.0, 1e22, -2.75e-300, float(np.float32(0.1)),
+          float("nan"), float("inf"), float("-inf")]
+
+
+@pytest.fixture(scope="module")
+def host_program(tmp_path_factory):
+    """Every op's Infer<Op> on its cases, PyFloat, and the OM buffer, in one program."""
+    if shutil.which("g++") is None:
+        pytest.skip("no g++ on PATH: the host test of the generated C++ needs one")
+    root = tmp_path_factory.mktemp("host")
+    (root / "bridge_ge_core.h").write_text(common.CORE_HEADER)
+    lines, expected = [], []
+    for spec in SPECS:
+        (root / f"{spec.module}_shape.h").write_text(render.shape_header(spec))
+        for shapes, attrs in _cases(spec, count=120):
+            lines.append(_case_line(spec, shapes, attrs))
+            expected.append(_twin_line(spec, shapes, attrs))
+    for v in FLOATS:
+        lines.append(f"float {v!r}")
+        expected.append(repr(v))
+    (root / "host.cc").write_text(_driver(SPECS))
+    exe = root / "host"
+    res = subprocess.run(["g++", "-std=c++17", "-O0", "-Wall", "-Wextra", "-Werror", f"-I{root}", str(root / "host.cc"),
+                          "-o", str(exe)], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-4000:]
+    run = subprocess.run([str(exe)], input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return run.stdout.splitlines(), expected
+
+
+def test_generated_cpp_says_what_the_twin_says(host_program):
+    lines, expected = host_program
+    assert len(lines) == len(expected) + 2
+    for got, want in zip(lines, expected):
+        assert got == want
+    assert sum(1 for w in expected if not w.startswith("ok ")) > 200  # refusals compared, word for word
+
+
+def test_om_buffer_round_trips_and_refuses_every_truncation(host_program):
+    lines, expected = host_program
+    assert lines[len(expected)] == "roundtrip 1 1"
+    total = int(lines[len(expected) + 1].split()[-1])
+    assert lines[len(expected) + 1] == f"refused {total} of {total}"
+
+
+# -- the bundle and `bridge ascend check` ------------------------------------------------------
+@pytest.fixture(scope="module")
+def bundles(tmp_path_factory):
+    from converters.export_ge import package
+    spec = ops.get("FusedLayerNorm")
+    model = one_op_model("FusedLayerNorm", [(2, 8), (8,), (8,)], {"epsilon": 1e-5})
+    shapes = {i.name: tuple(d.dim_value for d in i.type.tensor_type.shape.dim) for i in model.graph.input}
+    out = {}
+    for route in ("builtin", "custom-op"):
+        folder = tmp_path_factory.mktemp(route)
+        package(model, str(folder), opset=11, parser="new", shapes=shapes, route=route)
+        out[route] = folder
+    assert spec.name in {n.op_type for n in model.graph.node}
+    return out
+
+
+def test_custom_route_bundle_layout_and_readme(bundles):
+    d = bundles["custom-op"]
+    for rel in ("opp/op_graph/include/fused_layer_norm.h", "opp/op_graph/src/fused_layer_norm.cc",
+                "opp/op_graph/src/fused_layer_norm_launch.h", "opp/framework/tensorflow/npu_supported_ops.json",
+                "opp/framework/onnx_plugin/fused_layer_norm_onnx_plugin.cc", "opp/kernels/README.md",
+                "opp/CMakeLists.txt", "opp/install.sh"):
+        assert (d / rel).is_file(), rel
+    assert not (d / "opp/op_proto").exists()
+    readme = (d / "README.md").read_text()
+    assert "custom-operator route" in readme and "kernels/fused_layer_norm_launch.cc" in readme
+    assert "npu_supported_ops.json" in readme and "tf.load_op_library" in readme
+    assert "Route custom-op" in (d / "atc.sh").read_text()
+    assert "Route custom-op" not in (bundles["builtin"] / "atc.sh").read_text()
+    cmake = (d / "opp/CMakeLists.txt").read_text()
+    assert "op_graph/lib/linux/${CMAKE_SYSTEM_PROCESSOR}" in cmake and "add_library(cust_opapi SHARED" in cmake
+    assert "kernels/${op}_launch.cc" in cmake
+    assert os.access(d / "opp/install.sh", os.X_OK)
+
+
+@pytest.mark.parametrize("route", ["builtin", "custom-op"])
+def test_ascend_check_understands_both_routes(bundles, route, capsys):
+    from bridge.cli import main
+    d = bundles[route]
+    assert main(["ascend", "check", str(d / "model.onnx"), "--plugins", str(d / "opp"), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    [entry] = [r for r in report["plugin_routes"] if r["origin_type"] == "com.bridge::1::FusedLayerNorm"]
+    if route == "custom-op":
+        assert entry == {"origin_type": "com.bridge::1::FusedLayerNorm", "route": "custom-op",
+                         "ge_types": {"FusedLayerNorm": ["proto", "class"]}}
+    else:
+        assert entry["route"].startswith("builtin") and entry["ge_types"] == {"FusedLayerNorm": ["proto"]}
+
+
+def test_ascend_check_finds_a_ge_type_nothing_defines(bundles, tmp_path, capsys):
+    from bridge.cli import main
+    src = bundles["custom-op"] / "opp"
+    opp_copy = tmp_path / "opp"
+    shutil.copytree(src, opp_copy)
+    (opp_copy / "op_graph/src/fused_layer_norm.cc").unlink()
+    (opp_copy / "op_graph/include/fused_layer_norm.h").unlink()
+    assert main(["ascend", "check", str(bundles["custom-op"] / "model.onnx"), "--plugins", str(opp_copy)]) == 1
+    out = capsys.readouterr().out
+    assert "no-ge-op" in out and "GE op type FusedLayerNorm" in out
+
+
+# -- against CANN's public headers ----------------------------------------------------------
+# Include folders (":"-separated) holding graph/custom_op.h, graph/operator_reg.h and the
+# exe_graph/runtime/*.h they include: e.g. hicann/ge's inc/graph_metadef/external and
+# inc/graph_metadef, hicann/metadef's inc/external and inc, and securec.h; never in the repo.
+GE_HEADERS = [d for d in os.environ.get("BRIDGE_GE_CUSTOM_OP_HEADERS", "").split(":") if d]
+
+
+@pytest.mark.skipif(not GE_HEADERS or shutil.which("g++") is None,
+                    reason="BRIDGE_GE_CUSTOM_OP_HEADERS (CANN's public GE/metadef headers declaring BaseCustomOp, "
+                           "EagerExecuteOp, ShapeInferOp, CompilableOp, PortableOp, REG_AUTO_MAPPING_OP) not set")
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+def test_custom_operator_compiles_against_ge_headers(tmp_path, spec):
+    for rel, text in package_files([spec]).items():
+        path = tmp_path / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    inc = [f"-I{tmp_path}/op_graph/include", f"-I{tmp_path}/op_graph/src"]
+    inc += [x for d in GE_HEADERS for x in ("-isystem", d)]
+    cmd = ["g++", "-std=c++17", "-fsyntax-only", "-Wall", "-Wextra", "-Werror", *inc,
+           str(tmp_path / f"op_graph/src/{spec.module}.cc")]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+
+
+# The custom route's parser plugins, against the headers test_ascend_plugin uses.
+HEADERS = os.environ.get("BRIDGE_CANN_HEADERS")
+
+
+@pytest.mark.skipif(not HEADERS or shutil.which("g++") is None,
+                    reason="BRIDGE_CANN_HEADERS (CANN public headers + generated ge_onnx.pb.h) not set")
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+def test_custom_route_plugin_compiles_against_cann_headers(tmp_path, spec):
+    (tmp_path / "bridge_plugin_common.h").write_text(render_cpp.COMMON_HEADER)
+    (tmp_path / "plugin.cc").write_text(render_cpp.custom_route_plugin_source(spec, plugin_origins(spec)))
+    inc = [f"-I{tmp_path}", f"-I{HEADERS}/gen", f"-I{HEADERS}/include"]
+    inc += [f"-I{d}" for d in os.environ.get("BRIDGE_PROTOBUF_INCLUDE", "").split(":") if d]
+    res = subprocess.run(["g++", "-std=c++17", "-fsyntax-only", "-Wall", "-Wextra", "-Werror", *inc,
+                          str(tmp_path / "plugin.cc")], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+
+
+ASCEND = os.environ.get("ASCEND_HOME_PATH")
+
+
+@pytest.mark.skipif(not ASCEND or not os.path.isdir(os.path.join(ASCEND or "/nonexistent", "include")),
+                    reason="ASCEND_HOME_PATH does not point at a CANN install")
+def test_custom_route_builds_with_its_cmake(tmp_path):
+    files = package_files()
+    for rel, text in files.items():
+        path = tmp_path / "opp" / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    for spec in tables.custom_specs():  # stand-in kernels: the route's own code is what is built
+        op = ge_op_type(spec)
+        (tmp_path / "opp" / "kernels" / f"{spec.module}_launch.cc").write_text(
+            f'#include "{spec.module}_launch.h"\nnamespace bridge_kernels {{\n'
+            f"ge::graphStatus Launch{op}(const {op}Tensors &, const bridge_ge::{op}Attrs &, void *,\n"
+            "                          const std::vector<uint8_t> &) { return ge::GRAPH_FAILED; }\n}\n")
+    build = tmp_path / "build"
+    for cmd in (["cmake", "-S", str(tmp_path / "opp"), "-B", str(build)], ["cmake", "--build", str(build), "-j2"],
+                ["cmake", "--install", str(build), "--prefix", str(tmp_path / "installed")]):
+        res = subprocess.run(cmd, capture_output=True, text=True)
+        assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    libs = list((tmp_path / "installed/vendors/bridge/op_graph/lib/linux").glob("*/libcust_opapi.so"))
+    assert len(libs) == 1
