@@ -234,7 +234,7 @@ def test_unsupported_op_writes_nothing(tmp_path, capsys):
     (["{saved}", "--to", "onnx", "--input-shape", "image:1,a,9,3"], "expected NAME:D,D,..."),
     (["{saved}", "--to", "onnx", "--input-shape", "image:1,7,9"], "3 dims given, input 'image' has rank 4"),
     (["{saved}", "--to", "onnx", "--input-shape", "img:1,7,9,3"], "the model has no input 'img'"),
-    (["{saved}", "--to", "onnx", "--input-shape", "image:1,8,9,3"], "dim 1 is fixed to 7"),
+    (["{saved}", "--to", "onnx", "--input-shape", "image:1,7,10,3"], "dim 1 is fixed to 8"),
     (["{saved}", "--to", "onnx", "--opset", "7"], "--opset 7: supported opsets are 13..18"),
     (["{saved}", "--to", "onnx", "--mode", "fast"], "--mode fast: --to onnx has modes custom, lowered"),
     (["{saved}", "--to", "onnx", "--batch", "0"], "--batch 0: must be >= 1"),
