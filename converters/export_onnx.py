@@ -170,11 +170,31 @@ def unsupported_nodes(model, opset: int) -> Dict[str, List[str]]:
     return bad
 
 
-def _unsupported_message(bad: Dict[str, List[str]]) -> str:
+def _first_opset(op_type: str, above: int) -> Optional[int]:
+    """The first opset above `above` that has the standard ONNX op `op_type`, or None."""
+    import onnx
+    for v in range(above + 1, onnx.defs.onnx_opset_version() + 1):
+        try:
+            onnx.defs.get_schema(op_type, v, "")
+            return v
+        except onnx.defs.SchemaError:
+            continue
+    return None
+
+
+def _unsupported_message(bad: Dict[str, List[str]], opset: Optional[int] = None) -> str:
     lines = ["tf2onnx cannot convert these ops (the model would be invalid):"]
+    later = {}
     for op, nodes in sorted(bad.items()):
         shown = ", ".join(nodes[:3]) + (f", ... ({len(nodes)} nodes)" if len(nodes) > 3 else "")
         lines.append(f"  {op}: {shown}")
+        first = _first_opset(op, opset) if opset is not None and "::" not in op else None
+        if first is not None:
+            later[op] = first
+    if later and len(later) == len(bad):
+        need = max(later.values())
+        return "\n".join(lines + [f"Fix: {', '.join(sorted(later))} is standard ONNX from opset {need} on; this "
+                                   f"export is at opset {opset}: export with --opset {need} or higher"])
     lines.append("Fix: rewrite the model without them, or add a tf2onnx handler: a module with "
                  "`@tf2onnx.handler.tf_op(\"OpName\")` and a `version_N(cls, ctx, node, **kw)` classmethod, "
                  "imported before the export (bridge's own handlers are converters/<op>.py; a fused op of "
@@ -229,7 +249,7 @@ def convert_raw(fn, input_signature, *, opset: int, output_names: Optional[Seque
     constants_to_initializers(model, constants, [s.name for s in input_signature])
     bad = unsupported_nodes(model, opset)
     if bad:
-        raise ExportError(_unsupported_message(bad))
+        raise ExportError(_unsupported_message(bad, opset))
     if output_names:
         _order_outputs(model, output_names)
     _fill_output_types(model)

@@ -176,3 +176,16 @@ def test_custom_gradient_activations_through_tflite(tmp_path, activation, rng):
     src = modelsource.from_object(model, input_shapes={"x": (2, 5, 5, 3)})
     result = export_tflite.export(src, str(tmp_path / "n.tflite"), mode="lowered", progress=quiet())
     assert result.ok and sorted(c.output for c in result.checks) == ["a", "b"], result.checks
+
+
+def test_an_op_of_a_later_opset_names_the_opset_to_use():
+    from bridge.exporting import ExportError
+    x = keras.Input((5, 2, 8), name="x")
+    mha = keras.layers.MultiHeadAttention(num_heads=2, key_dim=8)   # its einsums, as in keras_hub's ViT
+    model = keras.Model(x, mha(keras.layers.Reshape((5, 16))(x), keras.layers.Reshape((5, 16))(x)))
+    src = modelsource.from_object(model, input_shapes={"x": (1, 5, 2, 8)})
+    with pytest.raises(ExportError, match=r"Einsum is standard ONNX from opset 12 on; this export is at opset 11: "
+                                          r"export with --opset 12 or higher"):
+        export_onnx.convert_raw(src.function(), src.signature(), opset=11)
+    onnx_model, _ = export_onnx.convert_raw(src.function(), src.signature(), opset=12)
+    assert "Einsum" in _ops(onnx_model)
