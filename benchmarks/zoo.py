@@ -14,7 +14,9 @@ installed: the `zoo` extra), and bridge's built-ins. Weights are at realistic
 scales: every BatchNormalization's statistics are calibrated on a batch of the
 generated inputs (one training-mode pass with momentum 0, layer by layer in
 effect, since each BN sees the already-normalised output of the ones before
-it), so activations stay O(1) instead of growing or dying with depth.
+it), so activations stay O(1) instead of growing or dying with depth, and a
+softmax classifier is scaled to logits of a few units (a trained model's), so
+its probabilities are not decided by float rounding.
 
 One row per model: what was fused, which roads pass, the max error per parity
 runtime, bridge's export time, and on onnxruntime bridge's export against the
@@ -154,6 +156,31 @@ def calibrate_batchnorm(model, feeds_list) -> int:
     return len(bns)
 
 
+LOGIT_STD = 2.0  # a trained classifier's logits spread over a few units, not hundreds
+
+
+def calibrate_logits(model, feeds_list) -> int:
+    """Scales each softmax classifier (a Dense with activation softmax, as every
+    keras.applications head) so its logits have standard deviation LOGIT_STD on
+    the generated inputs: random weights after a deep residual stack give
+    logits of ~100, whose softmax is decided by float rounding. Returns how many."""
+    import keras
+    from bridge.modelsource import keras_call_args, keras_input_names
+    heads = [layer for layer in model.layers if isinstance(layer, keras.layers.Dense)
+             and getattr(layer.activation, "__name__", "") == "softmax"]
+    names = keras_input_names(model)
+    batch = [np.concatenate([f[n] for f in feeds_list]) for n in names]
+    for head in heads:
+        x = np.asarray(keras.Model(model.inputs, head.input)(keras_call_args(model, batch)), np.float64)
+        logits = x @ head.kernel.numpy() + (head.bias.numpy() if head.use_bias else 0.0)
+        std = float(logits.std())
+        if std > 0:
+            head.kernel.assign(head.kernel.numpy() * (LOGIT_STD / std))
+            if head.use_bias:
+                head.bias.assign(head.bias.numpy() * (LOGIT_STD / std))
+    return len(heads)
+
+
 # -- one model --------------------------------------------------------------------------
 @dataclass
 class Row:
@@ -214,7 +241,7 @@ def _source_args(zm: ZooModel, size: int, path: Optional[str], model) -> List[st
     return args
 
 
-def run_model(zm: ZooModel, size: int, work: str, repeat: int = 20) -> Row:
+def run_model(zm: ZooModel, size: int, work: str, repeat: int = 20, roads=ROADS) -> Row:
     t_start = time.perf_counter()
     size = max(size, zm.min_size)
     row = Row(zm.name, zm.family, size=str(size))
@@ -240,6 +267,7 @@ def run_model(zm: ZooModel, size: int, work: str, repeat: int = 20) -> Row:
     feeds = [src.sample_inputs(seed=s) for s in range(4)]
     if not isinstance(built, str):
         calibrate_batchnorm(model, feeds)
+        calibrate_logits(model, feeds)
         path = os.path.join(work, f"{zm.name}.keras")
         model.save(path)
         args[0] = path
@@ -267,13 +295,17 @@ def run_model(zm: ZooModel, size: int, work: str, repeat: int = 20) -> Row:
             row.skipped = {k: len(v["skipped"]) for k, v in fusion["patterns"].items() if v["skipped"]}
     for road, extra in (("lowered", ["--to", "onnx", "--mode", "lowered"]), ("tflite", ["--to", "tflite"]),
                         ("ge", ["--to", "ge"])):
+        if road not in roads:
+            continue
         dst = os.path.join(work, f"{zm.name}-{road}" + (".onnx" if road == "lowered" else
                                                           ".tflite" if road == "tflite" else ""))
         rc, out, err = _cli(["export", *args, *extra, "-o", dst, "--json"])
         row.roads[road] = _verdict(rc, out, err)
     report = os.path.join(work, f"{zm.name}-parity.json")
-    rc, out, err = _cli(["parity", *args, "-q", "--json", report])
-    if os.path.isfile(report):
+    rc, out, err = _cli(["parity", *args, "-q", "--json", report]) if "parity" in roads else (0, "", "")
+    if "parity" not in roads:
+        pass
+    elif os.path.isfile(report):
         data = json.load(open(report))
         row.roads["parity"] = "pass" if data.get("passed") else _parity_why(data)
         for r in data.get("runtimes", []):
@@ -442,7 +474,9 @@ def summary(rows: List[Row]) -> str:
     built = [r for r in rows if not r.built]
     lines = [f"{len(built)}/{len(rows)} models built"]
     for road in ROADS:
-        lines.append(f"{road}: {sum(r.roads.get(road) == 'pass' for r in built)}/{len(built)} pass")
+        ran = [r for r in built if road in r.roads]
+        if ran:
+            lines.append(f"{road}: {sum(r.roads[road] == 'pass' for r in ran)}/{len(ran)} pass")
     plain_ok = sum(r.plain == "converts" for r in built)
     both = [r for r in built if r.ort_ms and r.plain_ort_ms]
     lines.append(f"bridge onnx export: {sum(r.roads.get('onnx') == 'pass' for r in built)}/{len(built)} convert and "
@@ -470,6 +504,9 @@ def main(argv=None) -> int:
                                                   "after every model")
     p.add_argument("--table", metavar="FILE", help="print the table and summary of an earlier --json FILE")
     p.add_argument("--keep", metavar="DIR", help="keep the exported files in DIR")
+    p.add_argument("--roads", default=",".join(ROADS),
+                   help="which roads besides onnx (default all); parity alone also runs the lowered, TFLite and "
+                        "GE exports, as runtimes")
     p.add_argument("--budget-s", type=float, help="start no model after this many seconds (the rest: a row each)")
     p.add_argument("--one", help=argparse.SUPPRESS)  # the child process of one model (see _in_child)
     p.add_argument("--keep-files", action="store_true", help=argparse.SUPPRESS)
@@ -531,7 +568,7 @@ def _in_child(zm: ZooModel, args, work: str) -> Row:
     import subprocess
     out = os.path.join(work, f"{zm.name}.row.json")
     cmd = [sys.executable, os.path.abspath(__file__), "--one", zm.name, "--size", str(args.size),
-           "--repeat", str(args.repeat), "--keep", work, "--json", out] + (["--keep-files"] if args.keep else [])
+           "--repeat", str(args.repeat), "--keep", work, "--json", out, "--roads", args.roads] + (["--keep-files"] if args.keep else [])
     proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if os.path.isfile(out):
         return Row(**json.load(open(out))[0])
@@ -544,7 +581,7 @@ def _child(args) -> int:
     import_tensorflow(verbose=False)
     zm = next(m for m in models() if m.name == args.one)
     try:
-        row = run_model(zm, args.size, args.keep, args.repeat)
+        row = run_model(zm, args.size, args.keep, args.repeat, args.roads.split(","))
     except Exception as e:  # the sweep's own failure on one model: a row, not the end of the sweep
         row = Row(zm.name, zm.family, built=f"zoo error: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
     finally:

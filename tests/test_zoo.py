@@ -80,3 +80,16 @@ def test_quick_sweep(tmp_path):
     tiny = next(r for r in rows if r["model"] == "yolov3-tiny")
     assert tiny["fused"].get("conv_bn_leaky", 0) > 0 and tiny["plain_ort_ms"] > 0
     assert "plain tf2onnx" in proc.stdout and "models built" in proc.stdout
+
+
+def test_classifier_logits_are_calibrated(rng):
+    x = keras.Input((6,))
+    h = keras.layers.Dense(8)(x)
+    head = keras.layers.Dense(5, activation="softmax")
+    model = keras.Model(x, head(h))
+    head.kernel.assign(head.kernel.numpy() * 300)  # a softmax decided by rounding
+    feeds = [{model.inputs[0].name: rng.standard_normal((7, 6)).astype("float32")}]
+    assert _zoo().calibrate_logits(model, feeds) == 1
+    hidden = np.asarray(keras.Model(x, h)(feeds[0][model.inputs[0].name]), np.float64)
+    logits = hidden @ head.kernel.numpy().astype(np.float64) + head.bias.numpy()
+    assert abs(logits.std() - _zoo().LOGIT_STD) < 1e-3
