@@ -209,7 +209,7 @@ a name, and file names keep to `A-Z a-z 0-9 _ . -`: these inputs are named diffe
 """
     return f"""# {md_code(model_name)} for Ascend (ATC)
 
-Written by {md_code(f"bridge export {model_word} --to ge")} (parser `{parser}`, ONNX opset {opset}).
+Written by {md_code(f"bridge export {model_word} --to ge" + ("" if route == "builtin" else f" --route {route}"))} (parser `{parser}`, ONNX opset {opset}).
 `model.onnx` has static shapes and the fused ops as plain custom nodes; `opp/` is the
 custom OPP package whose ONNX parser plugins ATC needs for them.
 

@@ -448,3 +448,40 @@ def test_custom_route_builds_with_its_cmake(tmp_path):
         assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     libs = list((tmp_path / "installed/vendors/bridge/op_graph/lib/linux").glob("*/libcust_opapi.so"))
     assert len(libs) == 1
+
+
+def test_cli_export_writes_the_custom_route_on_request(tmp_path, capsys):
+    import onnx
+    from bridge.cli import main
+    src = tmp_path / "yd.onnx"
+    onnx.save(one_op_model("YoloDecode", [(1, 3, 4, 16)], dict(anchors=[10., 13., 16., 30.], num_classes=3, stride=8)),
+              str(src))
+    assert main(["export", str(src), "--to", "ge", "--route", "custom-op", "-o", str(tmp_path / "out")]) == 0
+    assert "route custom-op" in capsys.readouterr().out
+    assert (tmp_path / "out/opp/op_graph/src/yolo_decode.cc").is_file()
+    assert "--route custom-op" in (tmp_path / "out/README.md").read_text()
+    assert main(["export", str(src), "--to", "ge", "-o", str(tmp_path / "default")]) == 0
+    assert (tmp_path / "default/opp/op_proto/yolo_decode.h").is_file()
+    assert not (tmp_path / "default/opp/op_graph").exists()
+
+
+def test_team_op_takes_the_custom_route(tmp_path):
+    """Through the CLI (a subprocess: the team op stays out of this process's registry)."""
+    import sys
+    import onnx
+    from onnx import TensorProto, helper
+    node = helper.make_node("FusedBiasGelu", ["x", "bias"], ["y"], domain="com.example", name="gelu0")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5]),
+                                            helper.make_tensor_value_info("bias", TensorProto.FLOAT, [5])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11),
+                                                      helper.make_opsetid("com.example", 1)]), str(tmp_path / "g.onnx"))
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "bridge", "export", str(tmp_path / "g.onnx"), "--to", "ge", "--route",
+                           "custom-op", "-o", str(out), "--op-spec", str(TEAM_SPEC)], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    src = (out / "opp/op_graph/src/fused_bias_gelu.cc").read_text()
+    assert "REG_AUTO_MAPPING_OP(FusedBiasGelu);" in src
+    assert "FusedBiasGelu" in json.loads((out / "opp/framework/tensorflow/npu_supported_ops.json").read_text())
+    assert "kernels/fused_bias_gelu_launch.cc" in (out / "opp/kernels/README.md").read_text()
