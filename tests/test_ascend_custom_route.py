@@ -485,3 +485,13 @@ def test_team_op_takes_the_custom_route(tmp_path):
     assert "REG_AUTO_MAPPING_OP(FusedBiasGelu);" in src
     assert "FusedBiasGelu" in json.loads((out / "opp/framework/tensorflow/npu_supported_ops.json").read_text())
     assert "kernels/fused_bias_gelu_launch.cc" in (out / "opp/kernels/README.md").read_text()
+
+
+def test_plugin_of_an_op_without_attributes_refuses_any_attribute():
+    """FusedBiasGelu has no attributes: its ParseParamsFn loop is one refusal (the C++
+    is compiled where BRIDGE_CANN_HEADERS is set; here its shape is checked)."""
+    src = render_cpp.custom_route_plugin_source(TEAM, plugin_origins(TEAM))
+    body = src[src.index("static domi::Status ParseParamsFusedBiasGelu"):src.index("}  // namespace\n")]
+    assert body.count("{") == body.count("}") and "} else {" not in body
+    assert "for (const auto &attr : node->attribute()) {\n    return bridge::Fail(" in body
+    assert "(void)op_dest;" in body
