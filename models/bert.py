@@ -88,16 +88,23 @@ def _config(config):
     return cfg
 
 
+DYNAMIC = "?"  # input_size for a model that takes any sequence length (up to max_position)
+
+
 def _seq_len(input_size, cfg, model="bert"):
+    """The static sequence length, or None for DYNAMIC."""
+    if input_size == DYNAMIC:
+        return None
     length = DEFAULT_SEQ_LEN if input_size is None else input_size
     if not isinstance(length, (int, np.integer)) or not 1 <= length <= cfg["max_position"]:
         raise ValueError(f"{model}: argument 'input_size' (sequence length): must be an int in "
-                         f"[1, max_position={cfg['max_position']}], got {input_size!r}")
+                         f"[1, max_position={cfg['max_position']}] or {DYNAMIC!r} (any length), got {input_size!r}")
     return int(length)
 
 
 def encoder(length, cfg):
-    """(inputs [token_ids, attention_mask], sequence output) of a BERT encoder."""
+    """(inputs [token_ids, attention_mask], sequence output) of a BERT encoder;
+    `length` None: any sequence length (the position embedding takes the first L rows)."""
     hidden, heads = cfg["hidden"], cfg["heads"]
     ids = keras.Input((length,), dtype="int32", name="token_ids")
     mask = keras.Input((length,), dtype="int32", name="attention_mask")
@@ -105,7 +112,7 @@ def encoder(length, cfg):
     x = PositionEmbedding(cfg["max_position"], cfg["type_vocab"], name="position_embedding")(x)
     x = keras.layers.LayerNormalization(epsilon=cfg["epsilon"], name="embedding_norm")(x)
     # [N, L] -> [N, 1, L]: MultiHeadAttention broadcasts it over the query positions
-    mask3 = keras.layers.Reshape((1, length), name="attention_mask_3d")(mask)
+    mask3 = keras.layers.Reshape((1, -1 if length is None else length), name="attention_mask_3d")(mask)
     for i in range(cfg["layers"]):
         p = f"layer{i}_"
         a = keras.layers.MultiHeadAttention(heads, hidden // heads, name=p + "attention")(x, x, attention_mask=mask3)

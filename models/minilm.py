@@ -92,7 +92,10 @@ def _bert_config():
 
 
 def minilm(input_size=None, seed=0, name="minilm"):
-    """`seed` is accepted for the common build() signature; the weights are the real ones."""
+    """`input_size`: the sequence length (default 128), or "?" for one model that
+    takes any length, as sentence-transformers does (its tokenizer truncates at
+    max_seq_length). `seed` is accepted for the common build() signature; the
+    weights are the real ones."""
     try:
         from safetensors.numpy import load_file
     except ImportError as e:
