@@ -44,8 +44,19 @@ def _team_spec():
     return module.SPEC
 
 
+def _scaffold_spec():
+    """The spec `bridge op new` writes (the start of most team ops), not registered."""
+    import types
+    from bridge.commands.op import SPEC_TEMPLATE
+    module = types.ModuleType("scratch_ge_custom_fused_bias_relu")
+    exec(compile(SPEC_TEMPLATE.format(name="FusedBiasRelu", module="fused_bias_relu", domain="com.example"),
+                 "fused_bias_relu.py", "exec"), module.__dict__)
+    return module.SPEC
+
+
 TEAM = _team_spec()
-SPECS = list(ops.all_specs()) + [TEAM]
+SCAFFOLD = _scaffold_spec()
+SPECS = list(ops.all_specs()) + [TEAM, SCAFFOLD]
 
 
 def _f32(attrs):
@@ -110,6 +121,7 @@ def test_infer_dtype_twin(spec):
 
 def test_team_op_gets_the_pattern_its_shape_function_states():
     assert tables.table_origin(TEAM) == "last-axis parameters"
+    assert tables.table_origin(SCAFFOLD) == "last-axis bias (bridge op new)"
     assert tables.table_origin(ops.get("YoloDecode")) == "bridge's table"
 
 
@@ -531,3 +543,12 @@ def test_cmake_configures_and_asks_for_the_kernels(tmp_path):
     res = configure()
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     assert subprocess.run(["bash", "-n", str(pkg / "install.sh")]).returncode == 0
+
+
+def test_team_op_that_refuses_every_probe_gets_no_table():
+    """A required attribute and no examples: every probe fails on the attribute, so an
+    agreement with any pattern would prove nothing."""
+    import dataclasses
+    needy = dataclasses.replace(TEAM, name="NeedyOp", attrs=(ops.Attr("k", "int"),), onnx_attrs=(ops.Attr("k", "int"),))
+    with pytest.raises(tables.NoShapeTable, match="NeedyOp: the spec's shape function accepts none of the probe"):
+        tables.shape_table(needy)

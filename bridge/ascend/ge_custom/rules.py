@@ -248,6 +248,30 @@ def any_of(*parts) -> Expr:
 
 
 @dataclass(frozen=True, eq=False)
+class Known(Expr):
+    """Whether a value is known: never unknown itself."""
+    expr: Expr
+
+    def py(self, env):
+        return self.expr.py(env) is not None
+
+    def cpp(self):
+        return f"IsKnown({self.expr.cpp()})"
+
+
+@dataclass(frozen=True, eq=False)
+class Not(Expr):
+    cond: Expr
+
+    def py(self, env):
+        v = self.cond.py(env)
+        return None if v is None else not v
+
+    def cpp(self):
+        return f"Not({self.cond.cpp()})"
+
+
+@dataclass(frozen=True, eq=False)
 class EachItem(Expr):
     """Every element of a list attribute satisfies `item <op> value` (a NaN never does)."""
     name: str
@@ -500,6 +524,8 @@ inline int Ge(int64_t a, int64_t b) { return Either(a, b) ? -1 : (a >= b ? 1 : 0
 inline int Gt(int64_t a, int64_t b) { return Either(a, b) ? -1 : (a > b ? 1 : 0); }
 inline int Le(int64_t a, int64_t b) { return Either(a, b) ? -1 : (a <= b ? 1 : 0); }
 inline int Lt(int64_t a, int64_t b) { return Either(a, b) ? -1 : (a < b ? 1 : 0); }
+inline int IsKnown(int64_t a) { return a == kUnknown ? 0 : 1; }
+inline int Not(int c) { return c < 0 ? -1 : 1 - c; }
 inline int And(std::initializer_list<int> parts) {
   int out = 1;
   for (int p : parts) {

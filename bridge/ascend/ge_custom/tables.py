@@ -16,9 +16,9 @@ import numpy as np
 
 from bridge import ops
 from bridge.ops import OpError
-from bridge.ascend.ge_custom.rules import (Attr, Coalesce, Const, Dim, DimsOf, EachItem, FirstFailing, Int, Item, Len,
-                                           Let, ListOf, Out, OutSame, Rank, Require, ShapeOf, Statement, Var, all_of,
-                                           evaluate)
+from bridge.ascend.ge_custom.rules import (Attr, Coalesce, Const, Dim, DimsOf, EachItem, FirstFailing, Int, Item, Known,
+                                           Len, Let, ListOf, Not, Out, OutSame, Rank, Require, ShapeOf, Statement, Var,
+                                           all_of, any_of, evaluate)
 
 
 class NoShapeTable(ValueError):
@@ -112,6 +112,21 @@ def _last_axis_params(spec) -> List[Statement]:
     return t + [OutSame(k, 0) for k in range(len(spec.outputs))]
 
 
+def _scaffold_bias(spec) -> List[Statement]:
+    """`bridge op new`'s shape function: x of rank >= 1; each further input, where its
+    rank and x's are known, [C] with C = x's last dim (an unknown C takes only an
+    unknown dim); outputs shaped as x."""
+    first = spec.inputs[0].name
+    c = Dim(0, -1)
+    t: List[Statement] = [Require(first, Rank(0).ne(0), "must have rank >= 1, got a scalar (shape [])")]
+    for i, arg in enumerate(spec.inputs[1:], start=1):
+        mismatch = any_of(Rank(i).ne(1), all_of(Known(Dim(i, 0)), any_of(Not(Known(c)), Dim(i, 0).ne(c))))
+        refused = all_of(Known(Rank(0)), Known(Rank(i)), mismatch)
+        t.append(Require(arg.name, Not(refused), f"must have shape [C] (the last dim of {first} ", ShapeOf(0),
+                         "), got ", ShapeOf(i)))
+    return t + [OutSame(k, 0) for k in range(len(spec.outputs))]
+
+
 def _same_as_first_input(spec) -> List[Statement]:
     """Every output takes the first input's shape; nothing is refused."""
     return [OutSame(k, 0) for k in range(len(spec.outputs))]
@@ -119,6 +134,7 @@ def _same_as_first_input(spec) -> List[Statement]:
 
 TEAM_PATTERNS: Tuple[Tuple[str, Callable], ...] = (
     ("last-axis parameters", _last_axis_params),
+    ("last-axis bias (bridge op new)", _scaffold_bias),
     ("same as the first input", _same_as_first_input),
 )
 
@@ -223,6 +239,9 @@ def _table_of(spec) -> Tuple[str, Tuple[Statement, ...]]:
 
 def _team_table(spec) -> Tuple[str, Tuple[Statement, ...]]:
     cases = [(s, a) for a in team_attrs(spec) for s in probe_shapes(spec)]
+    if not any(spec_result(spec, s, a)[0] == "ok" for s, a in cases):  # agreement would prove nothing
+        raise NoShapeTable(f"{spec.name}: the spec's shape function accepts none of the probe shapes; give the "
+                           f"spec examples (with their attributes) to probe it with")
     why = []
     for label, pattern in TEAM_PATTERNS:
         table = pattern(spec)
