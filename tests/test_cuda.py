@@ -271,17 +271,9 @@ def _inputs(rng, dtype, *shapes):
     return [rng.normal(size=s).astype(dtype) for s in shapes]
 
 
-# A known defect, found by the table's large-mean rows: the CUDA layer norm takes
-# x - mean with the float32 mean, whose own rounding (2^-10 at 3e4) stays in every
-# y (93-760x ops.md's bound). The CPU kernels correct it (bridge/kernels/fused_layer_norm.h).
-CUDA_LARGE_MEAN = pytest.mark.xfail(strict=True, reason="tf_ops/cuda/fused_layer_norm.cuh: x - mean with the "
-                                                        "float32 mean fails large means (issue 14)")
-
-
 def _table(spec, *, large=True):
     """(example, dtype) for each row of the op's case table (bridge/ops/<op>.py)."""
-    return [pytest.param(e, dtype, id=f"{e.id}-{dtype}",
-                         marks=[CUDA_LARGE_MEAN] if spec is FLN and e.id.startswith("mean") else [])
+    return [pytest.param(e, dtype, id=f"{e.id}-{dtype}")
             for e in spec.examples() for dtype in e.dtypes if large or not e.large]
 
 
@@ -642,11 +634,10 @@ def test_bridge_cuda_checks_every_op_on_the_emulator():
     for op, road, dtypes, _ in cuda_check.CHECKS:
         for dtype in dtypes:
             assert (op, road, dtype) in seen
-    # the known defect (CUDA_LARGE_MEAN above) fails its rows, and only those
-    known = [r for r in doc["rows"] if r["op"] == "FusedLayerNorm" and r["shape"].startswith("mean")]
-    assert known and all(r["verdict"] == "FAIL" for r in known)
-    assert doc["emulated"] is True and doc["failed"] == len(known) and done.returncode == 1
-    assert all(r["verdict"] == "pass" and 0 <= r["excess"] <= 1 for r in doc["rows"] if r not in known)
+    large_mean = [r for r in doc["rows"] if r["op"] == "FusedLayerNorm" and r["shape"].startswith("mean")]
+    assert large_mean  # the rows of 3e4 + N(0,1) are checked too
+    assert doc["emulated"] is True and doc["failed"] == 0 and done.returncode == 0
+    assert all(r["verdict"] == "pass" and 0 <= r["excess"] <= 1 for r in doc["rows"])
 
 
 def test_bridge_cuda_reports_broken_kernels_as_rows_on_the_emulator(planted):

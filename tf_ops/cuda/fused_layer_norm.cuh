@@ -86,10 +86,10 @@ void DispatchVecs(int vecs, F&& f) {
   }
 }
 
-// Loads this thread's share of a row (vector u = t + j*group) into registers and
-// returns its sum; lanes past the row's end hold 0.
+// Loads this thread's share of a row (vector u = t + j*group) into registers,
+// less `shift`, and returns its sum; lanes past the row's end hold 0.
 template <typename T, int V, int kVecs>
-__device__ __forceinline__ float LoadRow(const T* row, int64_t units, int t, int group, float* v) {
+__device__ __forceinline__ float LoadRow(const T* row, int64_t units, int t, int group, float shift, float* v) {
   float sum = 0.0f;
 #pragma unroll
   for (int j = 0; j < kVecs; ++j) {
@@ -99,7 +99,10 @@ __device__ __forceinline__ float LoadRow(const T* row, int64_t units, int t, int
     if (u < units) {
       LoadF<T, V>(row + u * V, v + j * V);
 #pragma unroll
-      for (int i = 0; i < V; ++i) sum += v[j * V + i];
+      for (int i = 0; i < V; ++i) {
+        v[j * V + i] -= shift;
+        sum += v[j * V + i];
+      }
     }
   }
   return sum;
@@ -121,12 +124,21 @@ __device__ __forceinline__ float SquaredDeviations(const float* v, float mean, i
   return sq;
 }
 
-// Loads this thread's share of a row into registers (`v`) and gives the row's
-// mean and 1/sqrt(var + eps) to every thread of its group.
+// The value every row is shifted by before it is summed: its first element. A
+// float32 mean of 3e4 + N(0,1) is itself rounded by ~2e-3, which x - mean would
+// carry into every output; the shifted row's mean is small and exact enough.
+template <typename T>
+__device__ __forceinline__ float RowShift(const T* row, int64_t h) {
+  return h > 0 ? ToF(row[0]) : 0.0f;
+}
+
+// Loads this thread's share of a row, shifted by RowShift, into registers (`v`)
+// and gives the shifted row's mean and 1/sqrt(var + eps) to every thread of its group.
 template <typename T, int V, int kVecs>
 __device__ __forceinline__ void RowMoments(const T* row, int64_t units, int t, int group, float inv_h, float eps,
                                            float* v, float* scratch, float* mean, float* rstd) {
-  *mean = GroupSum(LoadRow<T, V, kVecs>(row, units, t, group, v), group, scratch) * inv_h;
+  const float shift = RowShift(row, units * V);
+  *mean = GroupSum(LoadRow<T, V, kVecs>(row, units, t, group, shift, v), group, scratch) * inv_h;
   const float var = GroupSum(SquaredDeviations<V, kVecs>(v, *mean, units, t, group), group, scratch) * inv_h;
   *rstd = rsqrtf(var + eps);
 }
@@ -174,23 +186,24 @@ __global__ void __launch_bounds__(kRereadThreads) ForwardRereadKernel(const T* _
   const float inv_h = 1.0f / static_cast<float>(h);
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const T* xr = x + row * h;
+    const float shift = RowShift(xr, h);
     float sum = 0.0f;
-    for (int64_t i = threadIdx.x; i < h; i += blockDim.x) sum += ToF(xr[i]);
+    for (int64_t i = threadIdx.x; i < h; i += blockDim.x) sum += ToF(xr[i]) - shift;
     const float mean = GroupSum(sum, blockDim.x, scratch) * inv_h;
     float sq = 0.0f;
     for (int64_t i = threadIdx.x; i < h; i += blockDim.x) {
-      const float d = ToF(xr[i]) - mean;
+      const float d = ToF(xr[i]) - shift - mean;
       sq += d * d;
     }
     const float rstd = rsqrtf(GroupSum(sq, blockDim.x, scratch) * inv_h + eps);
     for (int64_t i = threadIdx.x; i < h; i += blockDim.x) {
-      y[row * h + i] = FromF<T>((ToF(xr[i]) - mean) * rstd * ToF(gamma[i]) + ToF(beta[i]));
+      y[row * h + i] = FromF<T>((ToF(xr[i]) - shift - mean) * rstd * ToF(gamma[i]) + ToF(beta[i]));
     }
   }
 }
 
 // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * gamma; also
-// saves each row's mean and rstd for the dgamma/dbeta kernel.
+// saves each row's mean (of the row less RowShift) and rstd for the dgamma/dbeta kernel.
 template <typename T, int V, int kVecs>
 __global__ void __launch_bounds__(kMaxGroup) BackwardDxKernel(const T* __restrict__ dy, const T* __restrict__ x,
                                                          const T* __restrict__ gamma, T* __restrict__ dx,
@@ -253,12 +266,13 @@ __global__ void __launch_bounds__(kRereadThreads) BackwardDxRereadKernel(
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const T* xr = x + row * h;
     const T* dr = dy + row * h;
+    const float shift = RowShift(xr, h);
     float sum = 0.0f;
-    for (int64_t i = threadIdx.x; i < h; i += blockDim.x) sum += ToF(xr[i]);
+    for (int64_t i = threadIdx.x; i < h; i += blockDim.x) sum += ToF(xr[i]) - shift;
     const float mean = GroupSum(sum, blockDim.x, scratch) * inv_h;
     float sq = 0.0f;
     for (int64_t i = threadIdx.x; i < h; i += blockDim.x) {
-      const float d = ToF(xr[i]) - mean;
+      const float d = ToF(xr[i]) - shift - mean;
       sq += d * d;
     }
     const float rstd = rsqrtf(GroupSum(sq, blockDim.x, scratch) * inv_h + eps);
@@ -266,13 +280,13 @@ __global__ void __launch_bounds__(kRereadThreads) BackwardDxRereadKernel(
     for (int64_t i = threadIdx.x; i < h; i += blockDim.x) {
       const float g = ToF(dr[i]) * ToF(gamma[i]);
       s1 += g;
-      s2 += g * (ToF(xr[i]) - mean) * rstd;
+      s2 += g * (ToF(xr[i]) - shift - mean) * rstd;
     }
     const float mg = GroupSum(s1, blockDim.x, scratch) * inv_h;
     const float mgx = GroupSum(s2, blockDim.x, scratch) * inv_h;
     for (int64_t i = threadIdx.x; i < h; i += blockDim.x) {
       const float g = ToF(dr[i]) * ToF(gamma[i]);
-      const float xhat = (ToF(xr[i]) - mean) * rstd;
+      const float xhat = (ToF(xr[i]) - shift - mean) * rstd;
       dx[row * h + i] = FromF<T>(rstd * (g - mg - xhat * mgx));
     }
     if (threadIdx.x == 0) {
@@ -298,7 +312,7 @@ __global__ void __launch_bounds__(32 * kParamThreadsY) ParamPartialsKernel(
   if (col < h) {
     for (int64_t r = r0 + threadIdx.y; r < r1; r += kParamThreadsY) {
       const float d = ToF(dy[r * h + col]);
-      ag += d * ((ToF(x[r * h + col]) - mean[r]) * rstd[r]);
+      ag += d * ((ToF(x[r * h + col]) - ToF(x[r * h]) - mean[r]) * rstd[r]);  // mean[r] is of the shifted row
       ab += d;
     }
   }
