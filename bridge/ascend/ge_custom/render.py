@@ -187,7 +187,7 @@ def impl_source(spec) -> str:
         "#include <vector>", "", '#include "bridge_ge_custom.h"', f'#include "{spec.module}_launch.h"', "",
         "namespace bridge_kernels {",
         f"__attribute__((weak)) ge::graphStatus Build{op}(const std::string &, const bridge_ge::{op}Attrs &,",
-        "                                              std::vector<uint8_t> *binary) {",
+        " " * len(f"__attribute__((weak)) ge::graphStatus Build{op}(") + "std::vector<uint8_t> *binary) {",
         "  binary->clear();", "  return ge::GRAPH_SUCCESS;", "}", "}  // namespace bridge_kernels", "",
         f"// The class name is the GE op type REG_AUTO_MAPPING_OP registers (global namespace: the",
         "// macro takes the name as written).",
@@ -252,7 +252,7 @@ def impl_source(spec) -> str:
         "    static const std::vector<uint8_t> kNoBinary;",
         "    const auto found = binaries_.find(bridge_ge::ShapeKey(in, dtypes));",
         f"    return bridge_kernels::Launch{op}(tensors, attrs, ctx->GetStream(),",
-        "                                      found == binaries_.end() ? kNoBinary : found->second);",
+        " " * len(f"    return bridge_kernels::Launch{op}(") + "found == binaries_.end() ? kNoBinary : found->second);",
         "  }", "", " private:", *_read_attrs(spec), "", *_prepare(spec), "",
         "  std::map<std::string, std::vector<uint8_t>> binaries_;  // shape key -> kernel binary", "};", "",
         f"REG_AUTO_MAPPING_OP({op});", ""]
