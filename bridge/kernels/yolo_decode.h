@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "kernels/fast_math.h"
 
@@ -21,6 +23,24 @@ struct Params {
   int64_t per_anchor() const { return 5 + num_classes; }
   int64_t channels() const { return num_anchors * per_anchor(); }
 };
+
+// The attribute checks of the spec (bridge/ops/yolo_decode.py), for the adapters
+// whose attributes arrive unchecked (onnxruntime, LiteRT): the bad argument and
+// why, or arg == nullptr.
+struct AttrProblem {
+  const char* arg;
+  std::string message;
+};
+
+inline AttrProblem CheckAttrs(const std::vector<float>& anchors, int64_t num_classes, int64_t stride) {
+  if (anchors.empty() || anchors.size() % 2)
+    return {"anchors", "needs 2*A values [w0,h0,w1,h1,...], got " + std::to_string(anchors.size())};
+  for (float v : anchors)
+    if (!(v > 0)) return {"anchors", "must all be positive, got " + std::to_string(v)};
+  if (num_classes < 1) return {"num_classes", "must be >= 1, got " + std::to_string(num_classes)};
+  if (stride < 1) return {"stride", "must be >= 1, got " + std::to_string(stride)};
+  return {nullptr, ""};
+}
 
 // Cells per block: each block's five box channels per anchor are first gathered
 // into columns so that their logistic and exp run as vector loops, as the class

@@ -19,12 +19,8 @@ struct YoloDecode : Kernel {
 
   explicit YoloDecode(const Attrs& a)
       : anchors(a.floats("anchors")), classes(a.i("num_classes")), stride(a.i("stride")), scale(a.f("scale_x_y")) {
-    if (anchors.empty() || anchors.size() % 2)
-      throw OpFailure(kOp, "anchors", "needs 2*A values [w0,h0,w1,h1,...], got " + std::to_string(anchors.size()));
-    for (float v : anchors)
-      if (!(v > 0)) throw OpFailure(kOp, "anchors", "must all be positive, got " + std::to_string(v));
-    if (classes < 1) throw OpFailure(kOp, "num_classes", "must be >= 1, got " + std::to_string(classes));
-    if (stride < 1) throw OpFailure(kOp, "stride", "must be >= 1, got " + std::to_string(stride));
+    const auto bad = yolo_decode::CheckAttrs(anchors, classes, stride);
+    if (bad.arg) throw OpFailure(kOp, bad.arg, bad.message);
   }
 
   yolo_decode::Params params() const {
