@@ -497,7 +497,7 @@ def summary(rows: List[Row]) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="the small subset CI runs")
-    p.add_argument("--only", help="comma-separated model names")
+    p.add_argument("--only", help="comma-separated model names, run in this order")
     p.add_argument("--size", type=int, default=32, help="image input size (raised to each model's minimum)")
     p.add_argument("--repeat", type=int, default=20, help="timed onnxruntime rounds per model")
     p.add_argument("--json", metavar="FILE", help="write the rows as JSON ('-': stdout); a file is rewritten "
@@ -525,7 +525,8 @@ def main(argv=None) -> int:
         unknown = sorted(set(wanted) - {m.name for m in chosen})
         if unknown:
             p.error(f"unknown model(s) {unknown}; known: {', '.join(m.name for m in chosen)}")
-        chosen = [m for m in chosen if m.name in wanted]
+        by_name = {m.name: m for m in chosen}
+        chosen = [by_name[n] for n in dict.fromkeys(wanted)]  # in the order given
     elif args.quick:
         chosen = [m for m in chosen if m.quick]
     rows = []

@@ -412,10 +412,20 @@ def export(source, output: str, *, mode: Optional[str] = None, opset: Optional[i
         with progress.stage("verifying"):
             feeds = source.sample_inputs(seed=seed)
             ref = tf_outputs(fn, feeds, [i.name for i in source.inputs])
-            got = run_onnx(files[0], feeds, mode)
+            try:
+                got = run_onnx(files[0], feeds, mode)
+            except Exception as e:  # onnxruntime's own errors (e.g. a Reshape tf2onnx's optimizer got wrong)
+                raise ExportError(f"the export was written ({files[0]}) but onnxruntime cannot run it: "
+                                  f"{_first_line(e)}. This is a fault of the converted graph, not of the "
+                                  f"model: try another --opset, and report it with the model") from None
             checks = compare_outputs(got, ref, atol)
     return ExportResult(output=files[0], format="onnx", files=files, summary=summary, checks=checks,
                         seconds=dict(progress.seconds), details=details)
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0][:300]}" if text else type(e).__name__
 
 
 def _op_counts(model) -> Dict[str, int]:
