@@ -50,7 +50,13 @@ def fuse(model, name=None):
         report.notes.append(f"{type(model).__name__} '{model.name}' is a subclassed Keras model: it has no layer "
                             f"graph to rewrite; the model passes through unfused")
         return model, report
-    return _Rewriter(graph, report).run(name or f"{model.name}_fused")
+    try:
+        return _Rewriter(graph, report).run(name or f"{model.name}_fused")
+    except Exception as e:  # a graph the rewriter cannot rebuild: the model is still exported, as it is
+        report = FuseReport(model=label)
+        report.notes.append(f"the rewriter cannot rebuild '{model.name}' ({type(e).__name__}: "
+                            f"{str(e).splitlines()[0][:200] if str(e) else ''}); the model passes through unfused")
+        return model, report
 
 
 def _not_keras(model) -> str:
@@ -137,6 +143,7 @@ class _Rewriter:
         self.absorbed = set()   # id(node) of nodes replaced by a fused layer
         self.anchors = {}       # id(node) -> (pattern, fused layer factory, input tensor, originals)
         self.submodels = {}     # id(nested functional model) -> its fused version
+        self.copies = {}        # id(layer with LayerNormalizations inside) -> its fused copy (or None)
 
     # -- graph helpers ------------------------------------------------------
     def _sole_consumer(self, tensor):
@@ -338,6 +345,12 @@ class _Rewriter:
         import keras
         if isinstance(op, (keras.Model, keras.layers.LayerNormalization)):
             return None
+        if id(op) in self.copies:  # a layer called more than once (ALBERT's shared blocks): one copy
+            return self.copies[id(op)]
+        self.copies[id(op)] = copy = self._copy_fused(op, args, kwargs)
+        return copy
+
+    def _copy_fused(self, op, args, kwargs):
         found = list({id(ln): (o, k, ln) for o, k, ln in _layer_norms_inside(op)}.values())
         if not found:
             return None

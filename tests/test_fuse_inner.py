@@ -80,3 +80,15 @@ def test_channels_last_layer_norm_on_4d(shape, rng):
     assert report.fused("layer_norm") == 1
     data = rng.standard_normal(shape).astype("float32")
     np.testing.assert_allclose(np.asarray(fused(data)), np.asarray(model(data)), atol=2e-5)
+
+
+def test_a_layer_called_twice_is_fused_once(rng):
+    """ALBERT calls one block for every layer: one fused copy, shared, as the original is."""
+    x = keras.Input((4, 6))
+    block = Block(6)
+    model = keras.Model(x, block(block(x)))
+    _randomize(model, rng)
+    fused, report = fuse(model)
+    assert report.fused("layer_norm") == 3
+    data = rng.standard_normal((2, 4, 6)).astype("float32")
+    np.testing.assert_allclose(np.asarray(fused(data)), np.asarray(model(data)), atol=1e-4)
