@@ -74,7 +74,9 @@ def test_quick_sweep(tmp_path):
         if r["built"]:
             assert r["family"] == "keras_hub" and "keras-hub is not installed" in r["built"], r
             continue
-        assert r["roads"] == {road: "pass" for road in _zoo().ROADS}, (r["model"], r["roads"])
+        assert sorted(r["roads"]) == sorted(_zoo().ROADS), r["roads"]
+        # "pass (--opset N)": the export passed at the opset its own error named (ViT's GE export)
+        assert all(v.startswith("pass") for v in r["roads"].values()), (r["model"], r["roads"])
         assert r["plain"] and r["export_s"] > 0 and r["ort_ms"] > 0, r
         assert r["errors"] and max(r["errors"].values()) < 1e-3, (r["model"], r["errors"])
     tiny = next(r for r in rows if r["model"] == "yolov3-tiny")
