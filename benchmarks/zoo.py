@@ -138,7 +138,8 @@ BUILTIN_CONFIG = {"yolov3-tiny": ["width=0.25"], "yolov3": ["width=0.25"],
 # -- realistic random weights -------------------------------------------------------
 def calibrate_batchnorm(model, feeds_list) -> int:
     """Sets every BatchNormalization's moving statistics to those of the
-    generated inputs (one training pass with momentum 0); returns how many."""
+    generated inputs (one training pass with momentum 0), each variance at least
+    VARIANCE_FLOOR of its layer's mean; returns how many."""
     import keras
     bns = [layer for layer in model._flatten_layers(include_self=False, recursive=True)
            if isinstance(layer, keras.layers.BatchNormalization)]
@@ -155,7 +156,14 @@ def calibrate_batchnorm(model, feeds_list) -> int:
     finally:
         for bn, m in zip(bns, saved):
             bn.momentum = m
+    for bn in bns:  # a channel these inputs leave dead (variance ~0) would amplify rounding by 1/sqrt(eps)
+        var = bn.moving_variance.numpy()
+        floor = VARIANCE_FLOOR * float(var.mean()) if var.mean() > 0 else 1.0
+        bn.moving_variance.assign(np.maximum(var, floor))
     return len(bns)
+
+
+VARIANCE_FLOOR = 0.01  # of the layer's mean variance: no channel gains more than 10x its layer's typical
 
 
 LOGIT_STD = 2.0  # a trained classifier's logits spread over a few units, not hundreds
