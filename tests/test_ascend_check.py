@@ -113,7 +113,7 @@ def test_cli_exit_codes_table_and_json(tmp_path, capsys):
 
     good = tmp_path / "good.onnx"
     onnx.save(one_op_model("YoloDecode", *CASES["YoloDecode"][0], opset=11), str(good))
-    plugins = tmp_path / "opp"
+    plugins = tmp_path / "plugins"  # not "opp" beside the model: that is a GE bundle's own, used without --plugins
     (plugins / "src").mkdir(parents=True)
     (plugins / "src" / "p.cc").write_text(opp.package_files()[opp.plugin_file(__import__("bridge.ops").ops.get("YoloDecode"))])
     assert main(["ascend", "check", str(good)]) == 1
