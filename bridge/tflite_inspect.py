@@ -56,9 +56,11 @@ class CustomOp:
     attrs: Optional[dict]      # decoded FlexBuffer, or None for another options format
     subgraph: int
     index: int                 # operator index within its subgraph
+    version: int = 1           # the operator code's version (what a kernel registers with)
 
     def to_json(self) -> dict:
-        return {"code": self.code, "attrs": _jsonable(self.attrs), "subgraph": self.subgraph, "index": self.index}
+        return {"code": self.code, "version": self.version, "attrs": _jsonable(self.attrs), "subgraph": self.subgraph,
+                "index": self.index}
 
 
 @dataclass
@@ -149,11 +151,13 @@ def _summarise(data: bytes, path: str) -> TFLiteSummary:
     model = s.Model.GetRootAs(data, 0)
 
     codes: List[Tuple[bool, str]] = []  # (is_custom, name) per operator code
+    versions: List[int] = []
     for i in range(model.OperatorCodesLength()):
         oc = model.OperatorCodes(i)
         # Builtin codes above 127 live only in builtin_code; older writers filled
         # only the deprecated int8 field, so the larger of the two is the code.
         code = max(oc.BuiltinCode(), oc.DeprecatedBuiltinCode())
+        versions.append(oc.Version() or 1)
         if code == s.BuiltinOperator.CUSTOM:
             codes.append((True, (oc.CustomCode() or b"").decode("utf-8", "replace")))
         else:
@@ -181,7 +185,7 @@ def _summarise(data: bytes, path: str) -> TFLiteSummary:
             is_custom, name = codes[op.OpcodeIndex()]
             ops[name] += 1
             if is_custom:
-                custom.append(CustomOp(name, _custom_options(s, op), g, j))
+                custom.append(CustomOp(name, _custom_options(s, op), g, j, versions[op.OpcodeIndex()]))
         for t in range(sg.TensorsLength()):
             tensor = sg.Tensors(t)
             b = tensor.Buffer()

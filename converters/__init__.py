@@ -6,7 +6,7 @@ from .fuse import fuse  # noqa: F401  (bridge.converters.fuse is the function; t
 
 
 def backend_status(spec) -> dict:
-    """The `tf2onnx` and `tflite` columns of `bridge ops`."""
+    """The `tf2onnx` column of `bridge ops` (TFLite's comes from bridge.litert)."""
     from tf2onnx.handler import tf_op
     from .tf2onnx_common import register_all
     status = register_all().get(spec.name, "no")
@@ -14,9 +14,4 @@ def backend_status(spec) -> dict:
         versions = tf_op.get_opsets().get(spec.domain, [])
         if not any(spec.name in handlers for handlers in versions):
             status = f"module present, no @tf_op({spec.name!r}, domain={spec.domain!r})"
-    try:
-        from .export_tflite import backend_status as tflite_status
-        tflite = tflite_status(spec).get("tflite", "lowered only")
-    except ImportError:
-        tflite = "lowered only"  # the composite lowers to builtins; no TFLite kernel is built
-    return {"tf2onnx": status, "tflite": tflite}
+    return {"tf2onnx": status}

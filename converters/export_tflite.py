@@ -6,9 +6,10 @@ Modes:
   TFLite builtins only (CONV_2D with the folded weights, LEAKY_RELU, LOGISTIC, EXP,
   MEAN, ...). It runs on any TFLite runtime, delegates included.
 - `custom`: the fused ops stay TFLite CUSTOM ops (custom_code = the op type, the TF
-  attributes in a FlexBuffer), for runtimes that bring their own kernels. bridge
-  ships no TFLite kernels (no package here provides TFLite headers that match the
-  runtime: README, compatibility table), so such a file is not run here.
+  attributes in a FlexBuffer), for runtimes that bring their own kernels: bridge's
+  LiteRT kernels (bridge/litert) run them, and verify the file here when they
+  serve every custom op in it. The report lists each custom op with its
+  custom_code, version and attribute keys, what an application registers.
 
 Quantisation (post-training, no calibration data): `float16` stores the weights as
 float16; `dynamic` stores them as int8 and quantises activations per call.
@@ -58,7 +59,7 @@ QUANTIZE = ("none", "float16", "dynamic")
 # quantised exports fail their check rather than pass with a bound that says nothing.
 QUANTIZE_BOUND: Dict[str, Optional[float]] = {"none": None, "float16": 2e-2, "dynamic": 0.25}
 # Why a custom-mode file is not run here (see the module docstring).
-NO_CUSTOM_KERNELS = "custom ops: no TFLite kernels here (--mode lowered runs anywhere)"
+NO_CUSTOM_KERNELS = "custom ops: bridge's LiteRT kernels do not serve them here (--mode lowered runs anywhere)"
 
 
 class TFLiteExportError(ExportError):
@@ -313,11 +314,25 @@ def run_tflite(data: bytes, feeds: Mapping[str, np.ndarray], delegates: bool = T
 
 
 def check_against(data: bytes, fn, feeds: Mapping[str, np.ndarray], order: Sequence[str], quantize: str,
-                  atol: Optional[float] = None) -> List[Check]:
-    """Per output: the file on ai_edge_litert against `fn` in TensorFlow, under the
-    parity rule; the quantisation's bound replaces the dtype default."""
+                  atol: Optional[float] = None, runner=None) -> List[Check]:
+    """Per output: the file on ai_edge_litert (or `runner(data, feeds)`: bridge's
+    LiteRT kernels for custom ops) against `fn` in TensorFlow, under the parity
+    rule; the quantisation's bound replaces the dtype default."""
     ref = tf_outputs(fn, feeds, order)
-    return compare_outputs(run_tflite(data, feeds), ref, atol, bound=QUANTIZE_BOUND[quantize])
+    return compare_outputs((runner or run_tflite)(data, feeds), ref, atol, bound=QUANTIZE_BOUND[quantize])
+
+
+def _custom_runner(codes):
+    """bridge's LiteRT kernels as a `runner`, when they build and serve every
+    custom op in `codes`; else None (the file is then not run here)."""
+    try:
+        from bridge.litert import runtime
+        served = {op for op, why in runtime.served_ops().items() if why is None}
+    except Exception:  # no LiteRT kernels here: the report says the file was not run
+        return None
+    if not set(codes) <= served:
+        return None
+    return runtime.run_tflite_custom
 
 
 # -- the pipeline ----------------------------------------------------------------
@@ -340,30 +355,31 @@ def export(source, output: str, *, mode: Optional[str] = None, quantize: Optiona
     from bridge.tflite_inspect import inspect_tflite
     info = inspect_tflite(data)
     custom: Dict[str, List[dict]] = {}
+    versions: Dict[str, int] = {}
     for c in info.custom:
         custom.setdefault(c.code, []).append(c.attrs or {})
+        versions[c.code] = c.version
     details.update(size=len(data), ops=dict(info.ops), custom_ops=custom, weights=info.weights)
     summary.append(f"wrote {path} ({mode}, quantize {quantize}, {len(data)} bytes, {sum(info.ops.values())} ops)")
     if custom:
         summary.append("custom ops the runtime must provide: "
                        + ", ".join(f"{k} x{len(v)}" for k, v in sorted(custom.items())))
+        for code, nodes in sorted(custom.items()):
+            keys = sorted({k for attrs in nodes for k in attrs})
+            summary.append(f"  custom_code {code!r} version {versions[code]}: FlexBuffer keys {', '.join(keys) or '(none)'}")
     else:
         summary.append("builtin ops only: runs on any TFLite runtime")
     checks: List[Check] = []
     not_verified = ""
-    if verify and not custom:
+    runner = None if not custom else _custom_runner(set(custom))
+    if verify and (not custom or runner is not None):
         with progress.stage("verifying"):
             feeds = source.sample_inputs(seed=seed)
             # against the model as given (unfused): the fusion is part of what is checked
-            checks = check_against(data, source.function(), feeds, [i.name for i in source.inputs], quantize, atol)
+            checks = check_against(data, source.function(), feeds, [i.name for i in source.inputs], quantize, atol,
+                                   runner=runner)
     elif verify:
         not_verified = NO_CUSTOM_KERNELS
     return ExportResult(output=path, format="tflite", files=[path], summary=summary, checks=checks,
                         seconds=dict(progress.seconds), details=details, not_verified=not_verified)
 
-
-def backend_status(spec) -> Dict[str, str]:
-    """The TFLite column of `bridge ops`: every fused op lowers to builtins through
-    its composite; no TFLite kernel exists for the custom ops (no TFLite headers
-    that match the installed runtime)."""
-    return {"tflite": "lowered only"}

@@ -179,7 +179,14 @@ def test_model_custom_keeps_exactly_the_fused_ops(request, tmp_path, name):
     assert info.custom_codes == Counter(op for op, _ in expected)
     assert sorted(_canonical(c.code, c.attrs) for c in info.custom) == sorted(_canonical(*e) for e in expected)
     assert "custom ops the runtime must provide" in "\n".join(result.summary)
-    assert not result.checks  # nothing here runs TFLite custom ops: not claimed as verified
+    # run here on bridge's LiteRT kernels; each verdict agrees with the one recomputed here
+    assert [c.output for c in result.checks] == source.output_names and not result.not_verified
+    from bridge.litert import runtime
+    feeds = source.sample_inputs(seed=0)
+    got = runtime.run_tflite_custom(result.output, feeds)
+    ref = unfused_outputs(source, feeds)
+    for c in result.checks:
+        assert c.passed and rule_excess(got[c.output], ref[c.output], FLOAT32, FLOAT32) <= 1, c
 
 
 @pytest.mark.parametrize("quantize", ["float16", "dynamic"])
@@ -270,18 +277,32 @@ def test_fused_op_in_savedmodel_cannot_lower_but_stays_custom(tmp_path):
     assert set(result.details["custom_ops"]) == {"FusedLayerNorm"}
 
 
-def test_custom_mode_says_why_it_is_not_verified(tmp_path, capsys):
-    """Verification on: the reason is that no kernels exist here, not --no-verify;
-    with --no-verify it says so; --json carries the same reason."""
+def test_custom_mode_is_verified_on_bridges_litert_kernels_and_lists_its_custom_ops(tmp_path, capsys, monkeypatch):
+    """Verification on: the custom-mode file runs here on bridge's LiteRT kernels
+    (judged here too, against the numpy reference); the report lists each custom
+    op with its custom_code, version and FlexBuffer keys. Without the kernels
+    the file is reported as not run, and why; --no-verify says so."""
+    from bridge import ops
     g, b = np.linspace(0.5, 1.5, 4, dtype=np.float32), np.linspace(-1, 1, 4, dtype=np.float32)
     path = _saved_model(tmp_path / "sm", lambda x: tf_ops.fused_layer_norm(x, g, b))
-    argv = ["export", path, "--to", "tflite", "--mode", "custom", "-o", str(tmp_path / "x.tflite")]
+    out_file = tmp_path / "x.tflite"
+    argv = ["export", path, "--to", "tflite", "--mode", "custom", "-o", str(out_file)]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    assert "not verified (custom ops: no TFLite kernels here" in out and "--no-verify" not in out, out
+    assert "custom_code 'FusedLayerNorm' version 1: FlexBuffer keys" in out and "epsilon" in out, out
+    assert "not verified" not in out, out
+    from bridge.litert import runtime
+    x = np.random.default_rng(0).standard_normal((2, 4))
+    got = next(iter(runtime.run_tflite_custom(str(out_file), {"x": x.astype("float32")}).values()))
+    ref = ops.get("FusedLayerNorm").reference(x, g, b, epsilon=1e-6)
+    assert ops.get("FusedLayerNorm").tolerance["float32"].excess(got, ref) <= 1
+    monkeypatch.setattr(ex, "_custom_runner", lambda codes: None)
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "not verified (custom ops: bridge's LiteRT kernels do not serve them" in out, out
     assert main(argv + ["--no-verify"]) == 0
     out = capsys.readouterr().out
-    assert "not verified (--no-verify)" in out and "no TFLite kernels" not in out, out
+    assert "not verified (--no-verify)" in out, out
     assert main(argv + ["--json"]) == 0
     import json
     result = json.loads(capsys.readouterr().out)
@@ -307,7 +328,13 @@ def test_bad_options(tmp_path, capsys, yolo):
     assert not list(tmp_path.iterdir())
 
 
-def test_tflite_column_says_lowered_only():
-    from bridge import converters
+def test_tflite_column_is_read_from_the_litert_kernels(monkeypatch):
+    """`bridge ops`' TFLite cell is "yes" only for ops the built LiteRT library
+    serves; an op it lacks is said to be lowered only."""
+    from bridge import litert
+    from bridge.litert import runtime
+    served = {op for op, why in runtime.served_ops().items() if why is None}
     for spec in ops.all_specs():
-        assert converters.backend_status(spec)["tflite"] == "lowered only"
+        assert (litert.backend_status(spec)["tflite"] == "yes") == (spec.name in served), spec.name
+    monkeypatch.setattr(runtime, "served_ops", lambda lib=None: {"FusedLayerNorm": None})
+    assert litert.backend_status(ops.get("YoloDecode"))["tflite"] != "yes"
