@@ -467,14 +467,18 @@ def table(rows: List[Row]) -> str:
     body = []
     for r in rows:
         if r.built:
-            body.append([r.model, r.size, "", r.built] + [""] * 9)
+            body.append([r.model, r.size, "", _short(r.built, 60)] + [""] * 9)
             continue
         fused = " ".join(f"{SHORT.get(k, k)} {v}" for k, v in r.fused.items()) or "-"
         worst = max(r.errors.items(), key=lambda kv: kv[1]) if r.errors else None
         body.append([r.model, r.size, fused] + [_mark(r.roads.get(k, "")) for k in ROADS]
                     + [f"{worst[1]:.2g} ({worst[0]})" if worst else "",
-                       _num(r.export_s, 1), r.plain or "", _num(r.ort_ms, 2), _num(r.plain_ort_ms, 2)])
+                       _num(r.export_s, 1), _short(r.plain or "", 44), _num(r.ort_ms, 2), _num(r.plain_ort_ms, 2)])
     return render(headers, body, align="lllllllllrlrr")
+
+
+def _short(text: str, n: int) -> str:
+    return text if len(text) <= n else text[:n - 3] + "..."  # the whole line is under "why not"
 
 
 def _mark(v: str) -> str:
