@@ -337,7 +337,7 @@ def test_om_buffer_round_trips_and_refuses_every_truncation(host_program):
 # -- the bundle and `bridge ascend check` ------------------------------------------------------
 @pytest.fixture(scope="module")
 def bundles(tmp_path_factory):
-    from converters.export_ge import package
+    from bridge.converters.export_ge import package
     spec = ops.get("FusedLayerNorm")
     model = one_op_model("FusedLayerNorm", [(2, 8), (8,), (8,)], {"epsilon": 1e-5})
     shapes = {i.name: tuple(d.dim_value for d in i.type.tensor_type.shape.dim) for i in model.graph.input}
