@@ -278,3 +278,27 @@ def test_every_declared_function_is_exported_by_the_installed_litert():
 def test_bridge_ops_says_the_tflite_kernels_are_real(lib):
     from bridge.backends import table
     assert {op: row["tflite"] for op, row in table().items()} == {s.name: "yes" for s in ops.all_specs()}
+
+
+def _table_rows():
+    return [pytest.param(spec, e, id=f"{spec.name}-{e.id}") for spec in ops.all_specs() if ops.is_builtin(spec)
+            for e in spec.examples() if "float32" in e.dtypes and not e.large
+            and all(0 not in np.shape(a) for a in e.inputs)]
+
+
+@pytest.mark.parametrize("spec,example", _table_rows())
+def test_every_op_passes_its_case_table_on_litert(lib, close, spec, example):
+    """The op's shared case table (bridge/ops/cases.py: odd sizes, size 1, large
+    means, SAME with an odd total padding, dilation 2, attribute edges), each row
+    exported in --mode custom (the first input fed, the others constants) and run
+    on bridge's LiteRT kernels against the numpy float64 reference. Empty rows
+    are LiteRT's own refusal (tested above)."""
+    first, *rest = example.cast("float32")
+    fn_op = getattr(tf_ops, spec.module)
+    data = _custom(lambda x: fn_op(x, *rest, **example.attrs), [_spec(spec.inputs[0].name, first.shape)],
+                   [o.name for o in spec.outputs], spec.name)
+    got = _run_shapes(lib, data, [{spec.inputs[0].name: first}])[0]
+    ref = spec.reference(first, *rest, **example.attrs)  # of the float32 values the kernel sees
+    refs = ref if isinstance(ref, tuple) else (ref,)
+    for out, r in zip(spec.outputs, refs):
+        close(spec.name, got[out.name], r, what=f"{example.id} {out.name}")
