@@ -255,6 +255,8 @@ def run_model(zm: ZooModel, size: int, work: str, repeat: int = 20, roads=ROADS)
     t_start = time.perf_counter()
     size = max(size, zm.min_size)
     row = Row(zm.name, zm.family, size=str(size))
+    import keras
+    keras.utils.set_random_seed(0)  # the same random weights every run: a row means the same model each time
     try:
         built = zm.build(size)
     except Exception as e:

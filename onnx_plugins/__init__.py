@@ -34,29 +34,13 @@ EXTERNAL_DATA_FOLDER_KEY = "session.model_external_initializers_file_folder_path
 SPINNING_KEY = "session.intra_op.allow_spinning"
 
 # The road `session(kernels="fastest")` takes per op: "native" (the library's
-# kernel) or "function" (the function body, inlined and optimised by onnxruntime).
-# Chosen on whole models (benchmarks/onnx_models.py: batch 1, 2 threads, medians
-# of interleaved rounds, 2-core AVX-512 machine, 2026-11-30), where the choice
-# can differ from one op alone (benchmarks/onnx_ops.py):
-#   YoloConvBnLeaky  YOLOv3-416: native 120.7 ms (oneDNN: Winograd F(2x2,3x3) for
-#                    3x3 stride-1 Cin >= 128, else direct; 99-106 ms with no other
-#                    session in the process) / function 155.3 ms (onnxruntime's
-#                    NCHWc Conv+LeakyRelu; the Transposes between adjacent convs
-#                    cancel) / plain tf2onnx 153.2 ms. Without oneDNN the native
-#                    kernel is the library's own GEMM, 171.0 ms, so the function
-#                    serves there (FASTEST_WITHOUT_ONEDNN). Alone, native wins
-#                    2.4-3x on all four YOLOv3 shapes of onnx_ops.py.
-#   YoloDecode       YOLOv3-416: native 143.9 / function 144.9 ms (3 heads, <1%);
-#                    alone 13x13x255 0.029 / 0.038 ms, 52x52x255 0.12 / 0.45 ms.
-#   FusedLayerNorm   4-layer BERT-base, seq 128: native 25.5-25.6 / function (opset
-#                    18: onnxruntime's LayerNormalization) 25.4 ms, a tie (the
-#                    MatMuls are ~73% of the time); alone [4,128,768] native 2x.
-FASTEST = {
-    "FusedLayerNorm": "native",
-    "YoloConvBnLeaky": "native",
-    "YoloDecode": "native",
-}
-FASTEST_WITHOUT_ONEDNN = {"YoloConvBnLeaky": "function"}
+# kernel) or "function" (the function body, inlined and optimised by onnxruntime),
+# as each op's module here says (`FASTEST`, and `FASTEST_WITHOUT_ONEDNN` where the
+# native kernel is slower without oneDNN), chosen on whole models
+# (benchmarks/onnx_models.py). An op without a module (a team's op) runs its function.
+FASTEST = {s.name: getattr(op_module(s), "FASTEST", "function") for s in _specs.all_specs() if _specs.is_builtin(s)}
+FASTEST_WITHOUT_ONEDNN = {s.name: op_module(s).FASTEST_WITHOUT_ONEDNN for s in _specs.all_specs()
+                          if _specs.is_builtin(s) and hasattr(op_module(s), "FASTEST_WITHOUT_ONEDNN")}
 
 
 def reference_ops() -> List[type]:
