@@ -15,8 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Tuple
 
-from bridge.parity.runtime import Unavailable
-
+from bridge.parity.unavailable import Unavailable
 
 
 def custom_opset() -> int:

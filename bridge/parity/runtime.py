@@ -63,18 +63,12 @@ from typing import TYPE_CHECKING, Dict, Iterable, List, Mapping, Optional, Seque
 
 import numpy as np
 
+from bridge.parity.unavailable import Unavailable  # re-exported: adapters import it from here
+
 if TYPE_CHECKING:  # pragma: no cover
     from bridge.parity.source import ModelSource
 
 Arrays = Dict[str, np.ndarray]
-
-
-class Unavailable(Exception):
-    """The runtime cannot run this model on this machine; the message says why."""
-
-    @property
-    def reason(self) -> str:
-        return str(self)
 
 
 class Runtime:

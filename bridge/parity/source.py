@@ -18,8 +18,9 @@ import numpy as np
 
 from bridge import atomic
 from bridge.parity.inputs import InputError, InputSpec
-from bridge.parity.runtime import Unavailable
+from bridge.parity import export
 from bridge.parity.stages import StageLog, release_heap
+from bridge.parity.unavailable import Unavailable
 
 if TYPE_CHECKING:  # pragma: no cover
     from bridge import modelsource
@@ -122,19 +123,16 @@ class ModelSource:
         model-local functions), or the .onnx MODEL itself."""
         if self.kind == "onnx":
             return self._model
-        from bridge.parity import export
         return self.cached("onnx-custom", lambda: export.onnx_custom(self),
                            f"exporting ONNX (com.bridge, opset {export.custom_opset()})")
 
     def onnx_lowered(self):
         """Standard ops only: the custom export with every com.bridge node inlined."""
-        from bridge.parity import export
         return self.cached("onnx-lowered", lambda: export.inline(self.onnx_custom()), "inlining com.bridge nodes")
 
     def onnx_ge(self):
         """The GE-bound model.onnx `bridge export --to ge` writes (ATC opset, static
         shapes, no functions, the custom nodes plain in com.bridge)."""
-        from bridge.parity import export
         return self.cached("onnx-ge", lambda: export.onnx_ge(self), f"exporting for GE (opset {export.ge_opset()})")
 
     def onnx_path(self, key: str, model) -> str:
