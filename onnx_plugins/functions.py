@@ -1,7 +1,7 @@
 """Function bodies: each com.bridge op written in standard ONNX ops.
 
-Each op's module (`<module>.py` here) has `body(b, *inputs, outputs)`, which
-emits its nodes through a `Body`. A `Body` hides what changes between opsets
+Each op's spec has `body(b, *inputs, outputs)` (bridge/ops/<op>.py, or a team's
+spec file), which emits its nodes through a `Body`. A `Body` hides what changes between opsets
 (ReduceMean's axes, Split's sizes, Unsqueeze's axes, CastLike) and between the
 two ways a body is used:
 
@@ -46,8 +46,8 @@ class Ref:
 
 
 def op_module(spec: OpSpec):
-    """The op's module in this package (`<spec.module>.py`); for a team's op, one
-    made from its spec (its `body` and a reference kernel)."""
+    """The op's module in this package (`<spec.module>.py`: its onnxruntime road and
+    reference kernel); for a team's op, one made from its spec."""
     if not specs.is_builtin(spec):
         from .reference import team_op_module
         return team_op_module(spec)
@@ -59,6 +59,8 @@ def _spec(spec_or_name) -> OpSpec:
 
 
 class Body:
+    FLOAT = onnx.TensorProto.FLOAT   # float32, as `dtype` and Cast's `to` spell it here
+
     def __init__(self, spec: OpSpec, opset: int, dtype: Optional[int] = None, attrs: Optional[dict] = None,
                  prefix: str = ""):
         low = MIN_INLINE_OPSET if attrs is not None else MIN_FUNCTION_OPSET
@@ -165,7 +167,11 @@ class Body:
         return self.unsqueeze(self.attr_const(name), [0])
 
     def build(self, inputs: Sequence[str], outputs: Sequence[str]) -> List[onnx.NodeProto]:
-        op_module(self.spec).body(self, *inputs, outputs=list(outputs))
+        if self.spec.body is None:
+            from .reference import origin
+            raise ValueError(f"{self.spec.name}: its spec ({self.spec.name} from {origin(self.spec)}) has no "
+                             f"decomposition (`body`): no ONNX function body, no lowered export")
+        self.spec.body(self, *inputs, outputs=list(outputs))
         return self.nodes
 
 

@@ -28,19 +28,15 @@ _team_modules = {}
 
 def team_op_module(spec):
     """What onnx_plugins/<op>.py holds for a built-in op, made from a team op's
-    spec: `body` (the spec's decomposition) and the reference OpRun class."""
+    spec: the reference OpRun class."""
     import types
     if spec.name not in _team_modules:
         kernel = type(spec.name, (ReferenceOp,), {"spec": spec, "op_domain": spec.domain})
-        body = spec.body
-        if body is None:
-            def body(b, *inputs, outputs):
-                raise ValueError(f"{spec.name}: its spec ({spec.name} from {_origin(spec)}) has no decomposition "
-                                 f"(`body`): no ONNX function body, no lowered export")
-        _team_modules[spec.name] = types.SimpleNamespace(body=body, SPEC=spec, **{spec.name: kernel})
+        _team_modules[spec.name] = types.SimpleNamespace(SPEC=spec, **{spec.name: kernel})
     return _team_modules[spec.name]
 
 
-def _origin(spec) -> str:
+def origin(spec) -> str:
+    """Where the op's spec came from (bridge, a spec file, an entry point)."""
     from bridge.ops import ORIGINS
     return ORIGINS.get(spec.name, "?")

@@ -1,9 +1,9 @@
-"""YoloConvBnLeaky in ONNX: function body and reference kernel."""
+"""YoloConvBnLeaky's onnxruntime layer: its fastest road and reference kernel (the
+function body is the spec's `body`, bridge/ops/yolo_conv_bn_leaky.py)."""
 from __future__ import annotations
 
 from bridge.ops import get
 
-from .functions import Body, Ref
 from .reference import ReferenceOp
 
 SPEC = get("YoloConvBnLeaky")
@@ -15,17 +15,6 @@ SPEC = get("YoloConvBnLeaky")
 # so the function serves there. Alone, native wins 2.3-3x on the four YOLOv3 shapes.
 FASTEST = "native"
 FASTEST_WITHOUT_ONEDNN = "function"
-
-
-def body(b: Body, x, filt, conv_bias, bn_gamma, bn_beta, bn_mean, bn_variance, *, outputs):
-    (y,) = outputs
-    eps = b.like(b.attr_const("epsilon"), x)
-    s = b.op("Div", bn_gamma, b.op("Sqrt", b.op("Add", bn_variance, eps)))
-    w = b.op("Transpose", b.op("Mul", filt, s), perm=[3, 2, 0, 1])          # HWIO -> OIHW
-    bias = b.op("Add", b.op("Mul", b.op("Sub", conv_bias, bn_mean), s), bn_beta)
-    z = b.op("Conv", b.op("Transpose", x, perm=[0, 3, 1, 2]), w, bias,        # NHWC -> NCHW
-             strides=Ref("strides"), pads=Ref("pads"), dilations=Ref("dilations"))
-    b.op("Transpose", b.op("LeakyRelu", z, alpha=Ref("alpha")), perm=[0, 2, 3, 1], out=y)
 
 
 class YoloConvBnLeaky(ReferenceOp):

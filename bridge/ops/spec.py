@@ -119,8 +119,9 @@ class OpSpec:
     _from_onnx: Callable[..., dict] = field(repr=False)
     domain: str = DOMAIN
     domain_version: int = DOMAIN_VERSION
-    # The op in standard ONNX ops, body(b, *inputs, outputs) on an onnx_plugins Body,
-    # for ops that come without an onnx_plugins/<module>.py (a team's ops).
+    # The op's one decomposition into standard ONNX ops, body(b, *inputs, outputs) on
+    # an onnx_plugins Body: the function body, the lowered export, the GE expansion
+    # (bridge/ascend/from_body.py) and a team op's TF composite all come from it.
     body: Optional[Callable[..., None]] = field(default=None, repr=False)
     # The op's case tables (cases.py): () -> [Example], () -> [BadInput].
     _examples: Optional[Callable[[], Sequence[Any]]] = field(default=None, repr=False)

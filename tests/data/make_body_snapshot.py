@@ -1,0 +1,67 @@
+"""Writes body_snapshot.json.gz: the ONNX function bodies and lowered (inlined)
+bodies of bridge's own ops, node by node, as test_body_snapshot.py compares them.
+
+Taken at commit 1a3e2db, before the bodies moved into the specs, so the test
+proves the move changed no node:
+
+    PYTHONPATH=<checkout of 1a3e2db>:<checkout>/tests python tests/data/make_body_snapshot.py tests/data/body_snapshot.json.gz
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import sys
+
+from onnx import TensorProto, helper
+
+
+def node_rows(nodes):
+    """(op_type, inputs, outputs, attributes) per node; a tensor attribute by its
+    dtype, shape and values, a referenced attribute by the name it refers to."""
+    rows = []
+    for n in nodes:
+        attrs = []
+        for a in n.attribute:
+            if a.ref_attr_name:
+                attrs.append([a.name, "@" + a.ref_attr_name])
+                continue
+            v = helper.get_attribute_value(a)
+            if a.type == a.TENSOR:
+                from onnx import numpy_helper
+                arr = numpy_helper.to_array(v)
+                v = [str(arr.dtype), list(arr.shape), arr.ravel().tolist()]
+            elif isinstance(v, bytes):
+                v = v.decode()
+            elif isinstance(v, (list, tuple)):
+                v = list(v)
+            attrs.append([a.name, v])
+        rows.append([n.op_type, list(n.input), list(n.output), attrs])
+    return rows
+
+
+OPS = ("FusedLayerNorm", "YoloConvBnLeaky", "YoloDecode")
+
+
+def snapshot():
+    from ascend_models import CASES, one_op_model
+    from onnx_plugins import function_proto, inline_custom_ops
+
+    out = {"function": {}, "inline": {}}
+    for name in OPS:
+        for opset in range(13, 19):
+            for dtype in ("float32", "float16") + ((None,) if opset >= 15 else ()):
+                f = function_proto(name, opset, dtype=dtype)
+                out["function"][f"{name}/{opset}/{dtype}"] = node_rows(f.node)
+        for i, (shapes, attrs) in enumerate(CASES[name]):
+            for opset in range(11, 19):
+                for dtype in (TensorProto.FLOAT, TensorProto.FLOAT16):
+                    model = inline_custom_ops(one_op_model(name, shapes, attrs, opset, dtype=dtype))
+                    key = f"{name}/{i}/{opset}/{TensorProto.DataType.Name(dtype)}"
+                    out["inline"][key] = node_rows(model.graph.node)
+    return out
+
+
+if __name__ == "__main__":
+    text = json.dumps(snapshot(), separators=(",", ":"), sort_keys=True)
+    with open(sys.argv[1], "wb") as f:
+        f.write(gzip.compress(text.encode(), mtime=0))
