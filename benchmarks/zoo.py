@@ -402,7 +402,7 @@ def _plain_tf2onnx(row: Row, src, bridge_onnx: str, feeds, repeat: int) -> None:
     import tf2onnx
     from bridge import onnx_plugins
     from bridge.converters import export_onnx
-    from bridge.parity.compare import Tolerance, compare
+    from bridge.parity.compare import compare, default_tolerance
     logging.getLogger("tf2onnx").setLevel(logging.CRITICAL)
     fn = src.function()
     ref = {k: np.asarray(v) for k, v in fn(*[feeds[i.name] for i in src.inputs]).items()}
@@ -429,7 +429,7 @@ def _plain_tf2onnx(row: Row, src, bridge_onnx: str, feeds, repeat: int) -> None:
             so.add_session_config_entry(onnx_plugins.SPINNING_KEY, spin)
             sess = ort.InferenceSession(plain.SerializeToString(), sess_options=so, providers=["CPUExecutionProvider"])
             got = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
-            worst = [compare(got[k], r, Tolerance.for_dtype(r.dtype)) for k, r in ref.items() if k in got]
+            worst = [compare(got[k], r, default_tolerance(r.dtype)) for k, r in ref.items() if k in got]
             if len(worst) != len(ref) or not all(c.passed for c in worst):
                 row.plain = "converts, but differs from TensorFlow"
             else:

@@ -168,7 +168,9 @@ def apply_shapes(inputs: Sequence[TensorInfo], shapes: Mapping[str, Dims], batch
 
 # -- the resolved model ----------------------------------------------------
 @dataclass
-class ModelSource:
+class ResolvedModel:
+    """What `resolve` and `from_object` return; a parity run wraps it in a
+    bridge.parity.source.ModelSource, which adds the run's memo."""
     arg: str                        # the MODEL argument as given
     kind: str                       # builtin | keras | savedmodel | onnx
     name: str                       # a short name (built-in name or file stem)
@@ -263,8 +265,8 @@ def builtin_names() -> List[str]:
 
 
 def resolve(arg: str, input_shapes=None, batch: Optional[int] = None, seed: int = 0,
-            config: Optional[Mapping[str, Any]] = None) -> ModelSource:
-    """The MODEL argument -> ModelSource (see the module doc)."""
+            config: Optional[Mapping[str, Any]] = None) -> ResolvedModel:
+    """The MODEL argument -> ResolvedModel (see the module doc)."""
     shapes = parse_input_shapes(input_shapes)
     config = dict(config or {})
     path = os.path.expanduser(arg)
@@ -292,7 +294,7 @@ def resolve(arg: str, input_shapes=None, batch: Optional[int] = None, seed: int 
     return src
 
 
-def from_object(obj, input_shapes=None, batch: Optional[int] = None) -> ModelSource:
+def from_object(obj, input_shapes=None, batch: Optional[int] = None) -> ResolvedModel:
     """A model already in memory: a Keras model, a loaded SavedModel object or an
     onnx.ModelProto."""
     shapes = parse_input_shapes(input_shapes)
@@ -300,8 +302,8 @@ def from_object(obj, input_shapes=None, batch: Optional[int] = None) -> ModelSou
         src = _onnx_model(obj, obj.graph.name or "onnx model")
     elif hasattr(obj, "inputs") and hasattr(obj, "outputs") and callable(obj):
         inputs, outputs = _keras_infos(obj)
-        src = ModelSource(arg=getattr(obj, "name", "model"), kind="keras", name=getattr(obj, "name", "model"),
-                          model=obj, inputs=inputs, output_names=outputs)
+        src = ResolvedModel(arg=getattr(obj, "name", "model"), kind="keras", name=getattr(obj, "name", "model"),
+                            model=obj, inputs=inputs, output_names=outputs)
     elif "serving_default" in getattr(obj, "signatures", {}):
         src = _savedmodel_object(obj, getattr(obj, "name", "savedmodel"))
     else:
@@ -411,7 +413,7 @@ def _dict_output_keys(model) -> Optional[List[str]]:
     return None
 
 
-def _builtin(name, shapes, seed, config) -> ModelSource:
+def _builtin(name, shapes, seed, config) -> ResolvedModel:
     from bridge import models
     if shapes and "input_size" not in config:
         size = _input_size_from(shapes)
@@ -422,8 +424,8 @@ def _builtin(name, shapes, seed, config) -> ModelSource:
     except (TypeError, ValueError) as e:
         raise ModelSourceError(f"cannot build {name} with {config}: {e}") from None
     inputs, outputs = _keras_infos(model)
-    return ModelSource(arg=name, kind="builtin", name=name, model=model, inputs=inputs, output_names=outputs,
-                       config=dict(config, seed=seed))
+    return ResolvedModel(arg=name, kind="builtin", name=name, model=model, inputs=inputs, output_names=outputs,
+                         config=dict(config, seed=seed))
 
 
 def _input_size_from(shapes) -> Optional[Union[int, Tuple[int, int]]]:
@@ -451,7 +453,7 @@ def _load_keras_support():
         pass
 
 
-def _keras_file(path) -> ModelSource:
+def _keras_file(path) -> ResolvedModel:
     from bridge.untrusted import archive_problems, first
     problems = archive_problems(path)
     if problems:
@@ -468,11 +470,11 @@ def _keras_file(path) -> ModelSource:
                                    f"(keras.saving.register_keras_serializable) and save again") from None
         raise ModelSourceError(f"cannot load the Keras file {path}: {type(e).__name__}: {e}") from None
     inputs, outputs = _keras_infos(model)
-    return ModelSource(arg=path, kind="keras", name=_stem(path), model=model, inputs=inputs,
-                       output_names=outputs, path=path)
+    return ResolvedModel(arg=path, kind="keras", name=_stem(path), model=model, inputs=inputs,
+                         output_names=outputs, path=path)
 
 
-def _savedmodel(path) -> ModelSource:
+def _savedmodel(path) -> ResolvedModel:
     _load_keras_support()  # the op library must be loaded before a SavedModel with the ops reloads
     import tensorflow as tf
     try:
@@ -505,17 +507,17 @@ def _unregistered_op_message(path, op: str) -> str:
             f"library with --op-library LIB.so and its spec with --op-spec FILE.py")
 
 
-def _savedmodel_object(obj, name) -> ModelSource:
+def _savedmodel_object(obj, name) -> ResolvedModel:
     sig = obj.signatures["serving_default"]
     specs = sig.structured_input_signature[1]
     inputs = [TensorInfo(k, tuple(None if d is None else int(d) for d in spec.shape), np.dtype(spec.dtype.as_numpy_dtype).name)
               for k, spec in sorted(specs.items())]
     outputs = list(sig.structured_outputs)
-    return ModelSource(arg=name, kind="savedmodel", name=name, model=obj, inputs=inputs,
-                       output_names=outputs, _signature_fn=sig)
+    return ResolvedModel(arg=name, kind="savedmodel", name=name, model=obj, inputs=inputs,
+                         output_names=outputs, _signature_fn=sig)
 
 
-def _onnx_file(path) -> ModelSource:
+def _onnx_file(path) -> ResolvedModel:
     import onnx
     from bridge.untrusted import external_data_problems, first
     try:
@@ -531,7 +533,7 @@ def _onnx_file(path) -> ModelSource:
     return src
 
 
-def _onnx_model(model, name) -> ModelSource:
+def _onnx_model(model, name) -> ResolvedModel:
     from onnx import helper
     init = {t.name: t for t in model.graph.initializer}
     vocab = {}
@@ -547,8 +549,8 @@ def _onnx_model(model, name) -> ModelSource:
         shape = tuple(d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim)
         inputs.append(TensorInfo(v.name, shape, np.dtype(helper.tensor_dtype_to_np_dtype(t.elem_type)).name,
                                  vocab.get(v.name)))
-    return ModelSource(arg=name, kind="onnx", name=name, model=model, inputs=inputs,
-                       output_names=[o.name for o in model.graph.output])
+    return ResolvedModel(arg=name, kind="onnx", name=name, model=model, inputs=inputs,
+                         output_names=[o.name for o in model.graph.output])
 
 
 def _stays_inside(folder) -> None:

@@ -36,7 +36,7 @@ from bridge import atomic
 from bridge.exporting import Check, ExportError, ExportResult, OptionError, quiet
 from bridge.untrusted import UntrustedNameError, file_stems, inside, md_cell, md_code, shell_word, shown, write_npz
 
-from .stages import compare_outputs, model_to_export, tf_outputs
+from .shared_steps import compare_outputs, model_to_export, tf_outputs
 
 DESCRIPTION = "Ascend GE/ATC: a static ONNX for ATC, the OPP plugin package, atc.sh and a README"
 MODES = ()

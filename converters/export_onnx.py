@@ -29,7 +29,7 @@ import numpy as np
 from bridge import atomic
 from bridge.exporting import Check, ExportError, ExportResult, OptionError, Progress, quiet
 
-from .stages import compare_outputs, fuse_model, model_to_export, tf_outputs
+from .shared_steps import compare_outputs, fuse_model, model_to_export, tf_outputs
 
 DESCRIPTION = "ONNX: fused ops as com.bridge nodes with function bodies (custom) or standard ops only (lowered)"
 MODES = ("custom", "lowered")     # the first is the default

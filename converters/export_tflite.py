@@ -35,7 +35,7 @@ from bridge import atomic
 from bridge import ops as specs
 from bridge.exporting import Check, ExportError, ExportResult, OptionError, Progress, quiet
 
-from .stages import compare_outputs, model_to_export, tf_outputs
+from .shared_steps import compare_outputs, model_to_export, tf_outputs
 
 DESCRIPTION = "TFLite: builtins only (lowered: fused ops as their composites) or the fused ops as custom ops"
 MODES = ("lowered", "custom")     # the first is the default
@@ -339,7 +339,7 @@ def _custom_runner(codes):
 def export(source, output: str, *, mode: Optional[str] = None, quantize: Optional[str] = "none", fuse: bool = True,
            seed: int = 0, progress: Optional[Progress] = None, atol: Optional[float] = None, verify: bool = True,
            opset: Optional[int] = None, verbose: bool = False, **_) -> ExportResult:
-    """The `--to tflite` exporter. `source`: a bridge.modelsource.ModelSource."""
+    """The `--to tflite` exporter. `source`: a bridge.modelsource.ResolvedModel."""
     progress = progress or quiet()
     mode, quantize = check_options(mode, quantize)
     if opset is not None:

@@ -17,7 +17,7 @@ import tensorflow as tf
 from bridge import modelsource, onnx_plugins, ops, tf_ops
 from bridge.cli import main
 from bridge.converters import export_onnx
-from bridge.parity.compare import Tolerance, compare
+from bridge.parity.compare import Tolerance, compare, default_tolerance
 
 TINY = ["yolov3-tiny", "--input-shape", "1,96,96,3", "--config", "width=0.25", "--seed", "3"]
 
@@ -74,7 +74,7 @@ def test_builtin_yolov3_tiny(tmp_path, capsys, tiny_unfused, mode):
     # independent judge: the UNFUSED Keras model (standard TF ops) on the same inputs
     got = _ort_run(str(out_file), feeds, custom=(mode == "custom"))
     for name, r in ref.items():
-        c = compare(got[name], r, Tolerance.for_dtype("float32"))
+        c = compare(got[name], r, default_tolerance("float32"))
         assert c.passed, f"{name}: max abs error {c.max_abs_error:.3g} vs the unfused model"
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".")]  # no temp folder left
 
@@ -119,7 +119,7 @@ def test_user_keras_file_is_fused(tmp_path, capsys):
     x = np.random.default_rng(1).uniform(0.05, 1.0, (2, 11, 10, 3)).astype("float32")
     ref = np.asarray(model(x, training=False))  # the unfused Keras layers: an independent judge
     got = _ort_run(str(out_file), {"pixels": x}, custom=True)[model.output_names[0]]
-    c = compare(got, ref, Tolerance.for_dtype("float32"))
+    c = compare(got, ref, default_tolerance("float32"))
     assert c.passed, f"max abs error {c.max_abs_error:.3g} vs the unfused Keras model"
 
 

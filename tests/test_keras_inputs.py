@@ -15,7 +15,7 @@ keras = pytest.importorskip("keras")
 
 from bridge import modelsource  # noqa: E402
 from bridge.converters import export_onnx  # noqa: E402
-from bridge.parity.compare import Tolerance, compare  # noqa: E402
+from bridge.parity.compare import compare, default_tolerance  # noqa: E402
 
 
 def _convert(model, shapes=None):
@@ -34,7 +34,7 @@ def _against_tf(onnx_model, src, feeds):
     ref = {k: np.asarray(v) for k, v in src.function()(*[feeds[i.name] for i in src.inputs]).items()}
     assert sorted(got) == sorted(ref)
     for name, r in ref.items():
-        c = compare(got[name], r, Tolerance.for_dtype(r.dtype))
+        c = compare(got[name], r, default_tolerance(r.dtype))
         assert c.passed, f"{name}: max error {c.max_abs_error} ({c.note})"
     return got
 

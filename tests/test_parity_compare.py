@@ -117,7 +117,7 @@ def test_integers_exact_and_empty():
 
 
 def test_float16_defaults_are_looser_and_overrides_apply():
-    assert cmp.Tolerance.for_dtype("float16").atol > cmp.Tolerance.for_dtype("float32").atol
+    assert cmp.default_tolerance("float16").atol > cmp.default_tolerance("float32").atol
     tol = cmp.resolve_tolerance("boxes", np.float32, {"": 1e-3, "boxes": 5e-2}, {"scores": 1.0})
     assert tol == cmp.Tolerance(5e-2, 1e-4)
     assert cmp.resolve_tolerance("scores", np.float32, {"": 1e-3}, {"scores": 1.0}) == cmp.Tolerance(1e-3, 1.0)
@@ -249,7 +249,7 @@ def test_load_outputs_msame_bins(tmp_path, rng):
     got = loaded.load_outputs(str(folder), ref, "--load-outputs ge")
     assert np.array_equal(got["boxes"], ref["boxes"])
     assert got["scores"].dtype == np.float16 and got["scores"].shape == (1, 12)
-    assert cmp.compare(got["scores"], ref["scores"], cmp.Tolerance.for_dtype("float16")).passed
+    assert cmp.compare(got["scores"], ref["scores"], cmp.default_tolerance("float16")).passed
     (folder / "model_output_1.bin").write_bytes(b"\0" * 7)
     with pytest.raises(InputError, match=r"model_output_1.bin has 7 bytes; output 'scores' \[1, 12\] needs 48 bytes"):
         loaded.load_outputs(str(folder), ref, "--load-outputs ge")
@@ -266,3 +266,18 @@ def test_parse_load_outputs(tmp_path):
         loaded.parse_load_outputs([str(f)])
     with pytest.raises(InputError, match="--load-outputs ge: no such file or folder"):
         loaded.parse_load_outputs([f"ge={tmp_path / 'nope'}"])
+
+
+def test_an_op_tolerance_and_a_model_tolerance_are_one_rule():
+    """bridge.ops.Tolerance is the tolerance parity compares with: with an rtol
+    looser than its atol, `excess` and `compare` give the same verdict."""
+    from bridge import ops
+    assert cmp.Tolerance is ops.Tolerance
+    ref = np.random.default_rng(3).uniform(-50, 50, (7, 5))
+    ref[0, 0] = 0.0
+    tol = ops.Tolerance(1e-4, 0.03)
+    allowed = np.maximum(1e-4 * np.maximum(1.0, np.abs(ref)), 0.03 * np.abs(ref))
+    for scale, passes in ((0.9, True), (1.1, False)):
+        got = ref + scale * allowed
+        assert cmp.compare(got, ref, tol).passed == passes, scale
+        assert (tol.excess(got, ref) <= 1) == passes, scale

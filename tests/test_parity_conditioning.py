@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bridge.parity.compare import Tolerance, compare
+from bridge.parity.compare import compare, default_tolerance
 from bridge.parity.conditioning import explain
 
 
@@ -16,7 +16,7 @@ def _softmax(z):
     return (e / e.sum(axis=-1, keepdims=True)).astype(np.float32)
 
 
-TOL = Tolerance.for_dtype(np.float32)
+TOL = default_tolerance(np.float32)
 
 
 @pytest.mark.parametrize("classes", [2, 7, 1000])

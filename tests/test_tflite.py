@@ -207,7 +207,7 @@ def test_quantized_export_within_stated_bound(bert, tmp_path, quantize):
 def test_quantised_bound_is_per_element(quantize):
     """The exporter's check and the parity runtime hold a 2.4 px box to 2.4 px
     times the bound, not to the 600 px box beside it (ops.md's rule)."""
-    from bridge.converters.stages import compare_outputs
+    from bridge.converters.shared_steps import compare_outputs
     from bridge.parity import compare as cmp
     from bridge.parity.runtimes import discover
     bound = ex.QUANTIZE_BOUND[quantize]

@@ -12,7 +12,7 @@ The exporter interface. `--to X` runs the module `bridge.converters.export_X`
                                     #   (names must not clash with the common flags below)
     def export(source, output, *, mode, opset, fuse, seed, verbose, progress, **options) -> ExportResult
 
-- `source` is a `bridge.modelsource.ModelSource` (MODEL resolved, --input-shape /
+- `source` is a `bridge.modelsource.ResolvedModel` (MODEL resolved, --input-shape /
   --batch applied): `.kind`, `.model`, `.inputs`, `.output_names`,
   `.function(model)` (a tf.function with the static input signature),
   `.sample_inputs(seed=)`.

@@ -75,9 +75,15 @@ class Arg:
 
 @dataclass(frozen=True)
 class Tolerance:
-    """max |got - ref| <= atol * max(1, |ref|), element by element (ops.md)."""
+    """How far a result may be from its reference, element by element (ops.md):
+    |got - ref| <= max(atol * max(1, |ref|), rtol * |ref|). An op's spec gives an
+    atol per dtype; whole-model parity adds rtol (bridge.parity.compare)."""
 
     atol: float
+    rtol: float = 0.0
+
+    def with_overrides(self, atol: Optional[float] = None, rtol: Optional[float] = None) -> "Tolerance":
+        return Tolerance(self.atol if atol is None else atol, self.rtol if rtol is None else rtol)
 
     def excess(self, got: np.ndarray, ref: np.ndarray, extra=0.0) -> float:
         """Largest ratio error / allowed over the elements; <= 1 passes. A NaN or
@@ -94,7 +100,7 @@ class Tolerance:
         bad = nonfinite.check(got, ref)
         if bad is not None and bad.failed:
             return float("inf")
-        allowed = self.atol * np.maximum(1.0, np.abs(ref)) + extra
+        allowed = np.maximum(self.atol * np.maximum(1.0, np.abs(ref)), self.rtol * np.abs(ref)) + extra
         with np.errstate(invalid="ignore"):
             ratio = np.abs(got - ref) / allowed
         if bad is not None:

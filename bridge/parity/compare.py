@@ -20,6 +20,7 @@ from typing import Dict, Mapping, Optional, Tuple
 import numpy as np
 
 from bridge.ops import nonfinite
+from bridge.ops.spec import Tolerance  # one tolerance for ops and whole models: the rule above
 
 # dtype name -> (atol, rtol), element by element (see the rule above)
 DEFAULTS: Dict[str, Tuple[float, float]] = {
@@ -30,20 +31,12 @@ DEFAULTS: Dict[str, Tuple[float, float]] = {
 }
 
 
-@dataclass(frozen=True)
-class Tolerance:
-    atol: float
-    rtol: float
-
-    @classmethod
-    def for_dtype(cls, dtype) -> "Tolerance":
-        name = np.dtype(dtype).name if not isinstance(dtype, str) else dtype
-        if name in DEFAULTS:
-            return cls(*DEFAULTS[name])
-        return cls(0.0, 0.0)  # integers, bools: exact
-
-    def with_overrides(self, atol: Optional[float] = None, rtol: Optional[float] = None) -> "Tolerance":
-        return Tolerance(self.atol if atol is None else atol, self.rtol if rtol is None else rtol)
+def default_tolerance(dtype) -> Tolerance:
+    """A whole-model output's tolerance by its dtype (`DEFAULTS`)."""
+    name = np.dtype(dtype).name if not isinstance(dtype, str) else dtype
+    if name in DEFAULTS:
+        return Tolerance(*DEFAULTS[name])
+    return Tolerance(0.0, 0.0)  # integers, bools: exact
 
 
 @dataclass
@@ -94,7 +87,7 @@ def compare(got, ref, tol: Optional[Tolerance] = None) -> Comparison:
     """Compares `got` with the reference `ref` under `tol` (default: by ref's dtype)."""
     ref = np.asarray(ref)
     got = np.asarray(got)
-    tol = tol or Tolerance.for_dtype(ref.dtype)
+    tol = tol or default_tolerance(ref.dtype)
     if got.shape != ref.shape:
         if got.size == ref.size and got.squeeze().shape == ref.squeeze().shape:
             got = got.reshape(ref.shape)  # a runtime that drops/keeps a size-1 dim is not a numeric fault
@@ -163,6 +156,6 @@ def resolve_tolerance(output: str, dtype, atol: Mapping[str, float], rtol: Mappi
     for that dtype), then a global override (key ""), then a per-output override
     (key = output name)."""
     name = np.dtype(dtype).name
-    tol = Tolerance(*runtime[name]) if runtime and name in runtime else Tolerance.for_dtype(dtype)
+    tol = Tolerance(*runtime[name]) if runtime and name in runtime else default_tolerance(dtype)
     tol = tol.with_overrides(atol.get(""), rtol.get(""))
     return tol.with_overrides(atol.get(output), rtol.get(output))

@@ -29,7 +29,7 @@ KINDS = ("keras", "savedmodel", "onnx")
 
 
 class ModelSource:
-    def __init__(self, resolved: "modelsource.ModelSource", *, onnx_model=None):
+    def __init__(self, resolved: "modelsource.ResolvedModel", *, onnx_model=None):
         """`resolved`: the MODEL as bridge.modelsource resolved it (--input-shape
         applied); `onnx_model`: an export to use instead of bridge's own (--onnx)."""
         self.resolved = resolved

@@ -1,4 +1,4 @@
-"""Stages every exporter (export_<to>.py) shares: fusing the Keras model, the
+"""Steps every exporter (export_<to>.py) shares: fusing the Keras model, the
 TensorFlow outputs the export is judged against, and the per-output verdicts.
 
 Cheap to import (numpy only at module level): the CLI imports every exporter,
@@ -53,14 +53,14 @@ def compare_outputs(got: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray]
     (bridge.parity.compare): the dtype's default tolerance, or `bound` (atol and
     rtol) for float outputs when given (what quantisation may add); `atol`
     overrides either."""
-    from bridge.parity.compare import Tolerance, compare
+    from bridge.parity.compare import Tolerance, compare, default_tolerance
     checks = []
     for name, r in ref.items():
         r = np.asarray(r)
         if name not in got:
             checks.append(Check(name, float("nan"), 0.0, False, f"missing in the export (it has {sorted(got)})"))
             continue
-        tol = Tolerance(bound, bound) if bound is not None and r.dtype.kind == "f" else Tolerance.for_dtype(r.dtype)
+        tol = Tolerance(bound, bound) if bound is not None and r.dtype.kind == "f" else default_tolerance(r.dtype)
         c = compare(np.asarray(got[name]), r, tol.with_overrides(atol=atol))
         # `allowed` is the bound at the element furthest beyond its own (the bound is per element)
         note = c.note or ("" if c.passed else f"{c.failing} elements beyond their bound, worst at "
