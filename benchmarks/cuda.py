@@ -217,6 +217,7 @@ def bench_conv(env, rows, args):
     torch, k = env.torch, env.harness
     F = torch.nn.functional
     modes = [("float32", torch.float32, False), ("tf32", torch.float32, True), ("float16", torch.float16, False)]
+    conv = cuda.companion("YoloConvBnLeaky").module  # the op's harness flags and geometry
     for xs, fs, stride in env.shapes("conv")[:2] if args.quick else env.shapes("conv"):
         for name, dtype, tf32 in modes:
             torch.backends.cudnn.allow_tf32 = tf32
@@ -228,15 +229,15 @@ def bench_conv(env, rows, args):
                       torch.randn(cout, device=env.device, dtype=dtype) * 0.1, torch.randn(cout, device=env.device, dtype=dtype) * 0.1,
                       torch.rand(cout, device=env.device, dtype=dtype) + 0.5]
             shapes = [xs, fs] + [(cout,)] * 5
-            geometry, out_shape = cuda.conv_geometry(shapes, strides=[1, stride, stride, 1], padding="SAME")
+            geometry, out_shape = conv.conv_geometry(shapes, strides=[1, stride, stride, 1], padding="SAME")
             y = torch.empty(out_shape, device=env.device, dtype=dtype)
             geom = (ctypes.c_int64 * 15)(*geometry)
             fn = getattr(k.lib, "bridge_yolo_conv_bn_leaky_" + ("f16" if dtype == torch.float16 else "f32"))
             stream = env.stream()
-            flags = cuda.ALLOW_TF32 if tf32 else 0
+            flags = conv.ALLOW_TF32 if tf32 else 0
             c_args = [_ptr(x), _ptr(w), *[_ptr(p) for p in params], _ptr(y), geom, 1e-5, 0.1, flags, stream]
             if not env.emulated:
-                cuda._preload_cublaslt()
+                cuda.preload_cublaslt()
             ours = _checked(k, fn, *c_args)
 
             # PyTorch's side, channels-last so cuDNN reads the same NHWC bytes.
@@ -261,7 +262,7 @@ def bench_conv(env, rows, args):
             if tf32 or dtype == torch.float16:  # the implicit GEMM on tensor cores, against the same chain
                 y_tc = torch.empty_like(y)
                 tc_args = list(c_args)
-                tc_args[7], tc_args[-2] = _ptr(y_tc), flags | cuda.TENSOR_CORES
+                tc_args[7], tc_args[-2] = _ptr(y_tc), flags | conv.TENSOR_CORES
                 ours_tc = _checked(k, fn, *tc_args)
                 ours_tc()
                 err = _rel_err([y_tc], [_conv_reference(torch, x, w, params, geometry)])

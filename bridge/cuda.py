@@ -1,12 +1,8 @@
-"""The fused ops' CUDA kernels from Python, on PyTorch tensors or CuPy arrays.
+"""The ops' CUDA kernels from Python, on PyTorch tensors or CuPy arrays.
 
     from bridge import cuda
     k = cuda.harness()        # builds tf_ops/cuda_harness once (needs nvcc), loads it
-    y = k.fused_layer_norm(x, gamma, beta, epsilon=1e-6)
-    dx, dgamma, dbeta = k.fused_layer_norm_backward(dy, x, gamma, epsilon=1e-6)
-    y = k.yolo_conv_bn_leaky(x, filter, conv_bias, bn_gamma, bn_beta, bn_mean, bn_variance,
-                             strides=[1, 2, 2, 1], padding="SAME", allow_tf32=False)
-    boxes, objectness, class_probs = k.yolo_decode(raw, anchors=[...], num_classes=80, stride=32)
+    outputs = k.<op module>(*inputs, **attrs)    # e.g. the op's spec module name
 
 The kernels are the ones TensorFlow's GPU kernels run (tf_ops/cuda/*.cuh), behind
 the C ABI of tf_ops/cuda_harness/harness.cu, called through ctypes with the
@@ -15,6 +11,12 @@ device; the work is queued on the framework's current stream. Inputs are checked
 against the op's spec (bridge.ops) first, so bad shapes, attributes and dtypes
 raise the spec's OpError (a ValueError naming the op, the argument and the
 shapes); an array that is not on a CUDA device does too.
+
+What each op adds lives with the op, found by looking: its companion
+tf_ops/cuda_harness/<op module>.py declares its C entry points (ENTRIES: the
+arguments after the device pointers, which come from the spec), the calls the
+harness gains (CALLS) and the roads `bridge cuda` checks (CHECKS). No list of
+ops is kept here.
 
 `gpu_status()` says whether a GPU and a framework to reach it are here, and if
 not, why. Neither PyTorch nor CuPy is a dependency: each is imported only when
@@ -26,7 +28,6 @@ blocks of fiber threads, __syncthreads and warp shuffles checked, a stand-in
 cuBLASLt), on numpy arrays: for checking what the kernels compute, not their speed.
 
     e = cuda.emulator()       # needs the CUDA headers (toolkit or pip), not nvcc nor a GPU
-    y = e.fused_layer_norm(x_np, gamma_np, beta_np)
 """
 from __future__ import annotations
 
@@ -34,18 +35,18 @@ import contextlib
 import ctypes
 import functools
 import glob
+import importlib.util
 import os
 import sys
-from typing import Optional, Sequence, Tuple
+import types
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from bridge import ops as _specs
 from bridge.ops import OpError
 
 ABI_VERSION = 1
-# harness flags (tf_ops/cuda/yolo_conv_bn_leaky.cuh)
-ALLOW_TF32 = 1
-NO_EPILOGUE = 2
-TENSOR_CORES = 4
 
 
 class CudaUnavailable(RuntimeError):
@@ -177,7 +178,7 @@ class _Host:
 
     def empty(self, shape, like):
         import numpy
-        n, g = _numel(shape), self.GUARD
+        n, g = numel(shape), self.GUARD
         # NaN, not zero: an output element no kernel wrote cannot pass a comparison.
         buf = numpy.full(n + 2 * g, numpy.nan, dtype=like.dtype)
         buf[:g] = buf[n + g:] = self.FENCE
@@ -255,24 +256,18 @@ def _prepare(spec, names: Sequence[str], arrays: Sequence, emulated: bool = Fals
     return fw, first_dtype, out
 
 
-def _shapes(arrays):
+def shapes_of(arrays):
     return [tuple(int(d) for d in a.shape) for a in arrays]
 
 
-def _numel(shape) -> int:
+def numel(shape) -> int:
     n = 1
     for d in shape:
         n *= int(d)
     return n
 
 
-def _rows(shape) -> Tuple[int, int]:
-    """(rows, row length) of a layer-norm shape: normalised over the last axis."""
-    h = int(shape[-1])
-    return (_numel(shape) // h if h else 0), h
-
-
-class _Call:
+class Call:
     """One op call: attributes resolved and arrays checked against the op's spec
     (one framework, one CUDA device, one allowed dtype), arrays contiguous."""
 
@@ -308,7 +303,7 @@ def library_path(force: bool = False, quiet: bool = False):
     return cuda_harness_build().library(force=force, quiet=quiet)
 
 
-def _preload_cublaslt() -> None:
+def preload_cublaslt() -> None:
     """Makes libcublasLt loadable by its soname for the C side's dlopen: PyTorch
     has usually loaded it already; else a pip nvidia-cublas* package's copy."""
     if os.environ.get("BRIDGE_CUBLASLT"):
@@ -329,9 +324,77 @@ def _preload_cublaslt() -> None:
                 pass
 
 
-_i64 = ctypes.c_int64
-_p = ctypes.c_void_p
-_f = ctypes.c_float
+I64 = ctypes.c_int64
+F32 = ctypes.c_float
+INT = ctypes.c_int
+PTR = ctypes.c_void_p  # a device pointer (or the stream)
+I64_ARRAY = ctypes.POINTER(ctypes.c_int64)  # host arrays
+F32_ARRAY = ctypes.POINTER(ctypes.c_float)
+SUFFIXES = {"float32": "f32", "float16": "f16"}  # one C entry per dtype
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One C entry point of the harness (`<name>_f32`, `<name>_f16`): `pointers`
+    device pointers (None: one per input then per output of the op's spec), then
+    `scalars`, then the stream."""
+    name: str
+    scalars: Tuple = ()
+    pointers: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class Companion:
+    """What one op brings to the harness, from tf_ops/cuda_harness/<op module>.py."""
+    spec: object
+    path: Path
+    entries: Tuple[Entry, ...]
+    calls: Tuple[Callable, ...]  # harness methods: each takes the Harness first
+    checks: Tuple[tuple, ...]    # (road, dtypes, check(k, dev, rng, example, dtype) -> excess)
+    module: types.ModuleType     # the file itself, for what else it offers (an op's own helpers)
+
+    def argtypes(self, entry: Entry) -> List:
+        n = entry.pointers if entry.pointers is not None else len(self.spec.inputs) + len(self.spec.outputs)
+        return [PTR] * n + list(entry.scalars) + [PTR]
+
+
+def companions_dir() -> Path:
+    from bridge.native import _tf_ops_dir
+    return _tf_ops_dir() / "cuda_harness"
+
+
+def _load_companion(spec, path: Path) -> Companion:
+    module_spec = importlib.util.spec_from_file_location(f"_bridge_cuda_harness_{spec.module}", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    missing = [n for n in ("ENTRIES", "CALLS", "CHECKS") if not hasattr(module, n)]
+    if missing:
+        raise CudaUnavailable(f"{path} ({spec.name}'s CUDA companion) lacks {', '.join(missing)}")
+    return Companion(spec, path, tuple(module.ENTRIES), tuple(module.CALLS), tuple(module.CHECKS), module)
+
+
+@functools.lru_cache(maxsize=None)
+def _companions(folder: Path, names: Tuple[str, ...]) -> Tuple[Companion, ...]:
+    found = []
+    for name in names:
+        spec = _specs.get(name)
+        path = folder / f"{spec.module}.py"
+        if path.is_file():
+            found.append(_load_companion(spec, path))
+    return tuple(found)
+
+
+def companions() -> Tuple[Companion, ...]:
+    """The ops with CUDA kernels: every spec whose module has a companion file."""
+    return _companions(companions_dir(), tuple(s.name for s in _specs.all_specs()))
+
+
+def companion(op: str) -> Companion:
+    spec = _specs.get(op)
+    for c in companions():
+        if c.spec is spec:
+            return c
+    raise KeyError(f"{spec.name} has no CUDA kernels (no {companions_dir() / (spec.module + '.py')})")
 
 
 class Harness:
@@ -348,28 +411,35 @@ class Harness:
             raise CudaUnavailable(f"{self.path} has C ABI version {version}, bridge.cuda expects {ABI_VERSION}. "
                                   f"Fix: bridge.cuda.library_path(force=True)")
         self.lib.bridge_cuda_last_error.restype = ctypes.c_char_p
-        sigs = {
-            "bridge_fused_layer_norm_{}": [_p, _p, _p, _p, _i64, _i64, _f, _p],
-            "bridge_fused_layer_norm_backward_{}": [_p, _p, _p, _p, _p, _p, _i64, _i64, _f, _p],
-            "bridge_yolo_conv_bn_leaky_{}": [_p] * 8 + [ctypes.POINTER(_i64), _f, _f, ctypes.c_int, _p],
-            "bridge_yolo_decode_{}": [_p, _p, _p, _p, _i64, _i64, _i64, ctypes.POINTER(_f), ctypes.c_int,
-                                      ctypes.c_int, _i64, _f, _p],
-        }
-        for pattern, args in sigs.items():
-            for suffix in ("f32", "f16"):
-                fn = getattr(self.lib, pattern.format(suffix))
-                fn.argtypes = args
-                fn.restype = ctypes.c_int
+        self._calls: Dict[str, Callable] = {}
+        for c in companions():
+            for entry in c.entries:
+                for suffix in SUFFIXES.values():
+                    try:
+                        fn = getattr(self.lib, f"{entry.name}_{suffix}")
+                    except AttributeError:
+                        raise CudaUnavailable(f"{self.path} lacks {entry.name}_{suffix} ({c.spec.name}, declared in "
+                                              f"{c.path}). Fix: bridge.cuda.library_path(force=True)") from None
+                    fn.argtypes = c.argtypes(entry)
+                    fn.restype = ctypes.c_int
+            for call in c.calls:
+                self._calls[call.__name__] = call
         if emulated:
             for name in ("bridge_cuda_emulator_take_errors", "bridge_cublaslt_emulator_take_errors"):
                 getattr(self.lib, name).restype = ctypes.c_char_p
             self.lib.bridge_cuda_emulator_seed.argtypes = [ctypes.c_uint64]
-            self.lib.bridge_cuda_emulator_stats.argtypes = [ctypes.POINTER(_i64), ctypes.c_int]
-            self.lib.bridge_cublaslt_emulator_stats.argtypes = [ctypes.POINTER(_i64), ctypes.c_int]
+            self.lib.bridge_cuda_emulator_stats.argtypes = [I64_ARRAY, ctypes.c_int]
+            self.lib.bridge_cublaslt_emulator_stats.argtypes = [I64_ARRAY, ctypes.c_int]
             self.lib.bridge_cublaslt_emulator_refuse_bias_epilogue.argtypes = [ctypes.c_int]
 
+    def __getattr__(self, name: str):
+        calls = self.__dict__.get("_calls", {})
+        if name in calls:
+            return types.MethodType(calls[name], self)
+        raise AttributeError(f"{type(self).__name__} has no {name!r}; the ops' calls: {sorted(calls)}")
+
     def _call(self, op: str, name: str, dtype: str, *args) -> None:
-        suffix = {"float32": "f32", "float16": "f16"}[dtype]
+        suffix = SUFFIXES[dtype]
         self.raise_for(op, getattr(self.lib, f"{name}_{suffix}")(*args) != 0)
 
     def raise_for(self, op: str, failed: bool) -> None:
@@ -390,7 +460,7 @@ class Harness:
         scratch allocations still live; cuBLASLt heuristic queries, products, and
         products with the bias epilogue."""
         self._need_emulator()
-        run, lt = (_i64 * 6)(), (_i64 * 3)()
+        run, lt = (I64 * 6)(), (I64 * 3)()
         self.lib.bridge_cuda_emulator_stats(run, int(reset))
         self.lib.bridge_cublaslt_emulator_stats(lt, int(reset))
         names = ("launches", "fiber_blocks", "direct_blocks", "barriers", "shuffles", "live_allocations")
@@ -410,79 +480,6 @@ class Harness:
     def _need_emulator(self):
         if not self.emulated:
             raise RuntimeError(f"{self.path} is not the CUDA emulator; see bridge.cuda.emulator()")
-
-    # -- FusedLayerNorm ----------------------------------------------------
-    def fused_layer_norm(self, x, gamma, beta, **attrs):
-        c = _Call(self, "FusedLayerNorm", (x, gamma, beta), attrs)
-        (shape,) = c.spec.infer_shapes(_shapes(c.arrays), **c.attrs)
-        y = c.empty(shape)
-        rows, h = _rows(shape)
-        if rows:
-            c.launch("bridge_fused_layer_norm", *c.ptrs(*c.arrays, y), rows, h, c.attrs["epsilon"])
-        return y
-
-    def fused_layer_norm_backward(self, dy, x, gamma, **attrs):
-        """(dx, dgamma, dbeta) of FusedLayerNorm at x for the output gradient dy."""
-        c = _Call(self, "FusedLayerNorm", (dy, x, gamma), attrs, names=("dy", "x", "gamma"))
-        dy, x, gamma = c.arrays
-        (shape,) = c.spec.infer_shapes([tuple(x.shape), tuple(gamma.shape), tuple(gamma.shape)], **c.attrs)
-        if tuple(dy.shape) != tuple(shape):
-            raise OpError(c.spec.name, "dy", f"must have the shape of x {list(shape)}, got {list(dy.shape)}")
-        rows, h = _rows(shape)
-        dx, dgamma, dbeta = c.empty(shape), c.empty((h,)), c.empty((h,))
-        if h:  # no rows still leaves dgamma and dbeta (h values each) for the kernel to write
-            c.launch("bridge_fused_layer_norm_backward", *c.ptrs(dy, x, gamma, dx, dgamma, dbeta), rows, h,
-                     c.attrs["epsilon"])
-        return dx, dgamma, dbeta
-
-    # -- YoloConvBnLeaky ---------------------------------------------------
-    def yolo_conv_bn_leaky(self, x, filter, conv_bias, bn_gamma, bn_beta, bn_mean, bn_variance,
-                           allow_tf32: bool = False, bias_epilogue: bool = True, tensor_cores: bool = False,
-                           **attrs):
-        """`allow_tf32`: float32 products in TF32 (faster; ~1e-3 relative error,
-        outside ops.md's float32 tolerance). `bias_epilogue=False` adds the bias in
-        the LeakyReLU pass instead of cuBLASLt's epilogue (the fallback road).
-        `tensor_cores`: the implicit GEMM on tensor cores, no im2col matrix, bias
-        and LeakyReLU on the accumulators (float16, and float32 with allow_tf32;
-        elsewhere it has no effect)."""
-        c = _Call(self, "YoloConvBnLeaky", (x, filter, conv_bias, bn_gamma, bn_beta, bn_mean, bn_variance), attrs)
-        geometry, out_shape = conv_geometry(_shapes(c.arrays), **c.attrs)
-        y = c.empty(out_shape)
-        if _numel(out_shape):
-            if not self.emulated:
-                _preload_cublaslt()
-            flags = ((ALLOW_TF32 if allow_tf32 else 0) | (0 if bias_epilogue else NO_EPILOGUE)
-                     | (TENSOR_CORES if tensor_cores else 0))
-            geom = (_i64 * len(geometry))(*geometry)
-            c.launch("bridge_yolo_conv_bn_leaky", *c.ptrs(*c.arrays, y), geom, c.attrs["epsilon"], c.attrs["alpha"],
-                     flags)
-        return y
-
-    # -- YoloDecode --------------------------------------------------------
-    def yolo_decode(self, raw, **attrs):
-        c = _Call(self, "YoloDecode", (raw,), attrs)
-        (raw,) = c.arrays
-        outs = [c.empty(s) for s in c.spec.infer_shapes(_shapes(c.arrays), **c.attrs)]
-        anchors = [float(a) for a in c.attrs["anchors"]]
-        if _numel(raw.shape):
-            n, h, w, _ = (int(d) for d in raw.shape)
-            c.launch("bridge_yolo_decode", *c.ptrs(raw, *outs), n, h, w, (_f * len(anchors))(*anchors),
-                     len(anchors) // 2, c.attrs["num_classes"], c.attrs["stride"], c.attrs["scale_x_y"])
-        return tuple(outs)
-
-
-def conv_geometry(shapes, **attrs) -> Tuple[Tuple[int, ...], Tuple[int, ...]]:
-    """The harness's 15 geometry values (n, h, w, cin, kh, kw, cout, oh, ow, sh, sw,
-    dh, dw, pad_top, pad_left) and the output shape, from the spec's own shape
-    inference and padding resolution (raises its OpError on bad input)."""
-    spec = _specs.get("YoloConvBnLeaky")
-    attrs = spec.resolve(attrs)
-    (out,) = spec.infer_shapes(shapes, **attrs)
-    onnx = spec.to_onnx_attrs(shapes, **attrs)
-    n, h, w, cin = shapes[0]
-    kh, kw, _, cout = shapes[1]
-    top, left, _, _ = onnx["pads"]
-    return (n, h, w, cin, kh, kw, cout, out[1], out[2], *onnx["strides"], *onnx["dilations"], top, left), tuple(out)
 
 
 @functools.lru_cache(maxsize=None)
@@ -522,5 +519,5 @@ def require_gpu() -> str:
     return what
 
 
-__all__ = ["ABI_VERSION", "CudaUnavailable", "Harness", "conv_geometry", "emulator", "gpu_status", "harness",
-           "library_path", "require_gpu"]
+__all__ = ["ABI_VERSION", "Companion", "CudaUnavailable", "Entry", "Harness", "companion", "companions", "emulator",
+           "gpu_status", "harness", "library_path", "require_gpu"]

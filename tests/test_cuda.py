@@ -28,9 +28,9 @@ import pytest
 from bridge import cuda, native
 from bridge import ops as specs
 # The gradients' bounds, the arrays on either side and the conv inputs, as `bridge cuda` has them.
-from bridge.cuda_check import BACKWARD_SCALE, Device, conv_inputs
+from bridge.cuda_check import Device
 from bridge.ops import OpError
-from bridge.ops.fused_layer_norm import reference_backward
+from bridge.ops.fused_layer_norm import BACKWARD_SCALE, reference_backward
 
 from conftest import assert_close
 
@@ -41,6 +41,8 @@ FLN = specs.get("FusedLayerNorm")
 CONV = specs.get("YoloConvBnLeaky")
 DECODE = specs.get("YoloDecode")
 ANCHORS_13 = [116, 90, 156, 198, 373, 326]  # ops.md, the stride-32 head
+CONV_HARNESS = cuda.companion("YoloConvBnLeaky").module  # conv_geometry, conv_inputs
+conv_inputs = CONV_HARNESS.conv_inputs
 
 
 def _nvcc_or_skip():
@@ -150,23 +152,23 @@ def _compile_tf_gpu_kernels(nvcc, tmp_path):
 
 def test_conv_geometry_follows_the_spec():
     shapes = [(1, 5, 7, 3), (3, 3, 3, 4)] + [(4,)] * 5
-    geometry, out = cuda.conv_geometry(shapes, strides=[1, 2, 2, 1], padding="SAME")
+    geometry, out = CONV_HARNESS.conv_geometry(shapes, strides=[1, 2, 2, 1], padding="SAME")
     # SAME, stride 2: OH = ceil(5/2) = 3, OW = ceil(7/2) = 4; the padding totals
     # (2 and 2) split with the odd pixel at the end: 1 before on each axis.
     assert out == (1, 3, 4, 4)
     assert geometry == (1, 5, 7, 3, 3, 3, 4, 3, 4, 2, 2, 1, 1, 1, 1)
-    geometry, out = cuda.conv_geometry(shapes, padding="EXPLICIT", explicit_paddings=[0, 0, 2, 0, 0, 1, 0, 0],
+    geometry, out = CONV_HARNESS.conv_geometry(shapes, padding="EXPLICIT", explicit_paddings=[0, 0, 2, 0, 0, 1, 0, 0],
                                        dilations=[1, 2, 1, 1])
     assert out == (1, 3, 6, 4) and geometry[-2:] == (2, 0) and geometry[11:13] == (2, 1)
     shapes = [(1, 6, 6, 4), (1, 1, 4, 8)] + [(8,)] * 5
-    assert cuda.conv_geometry(shapes, padding="VALID")[0][-2:] == (0, 0)
+    assert CONV_HARNESS.conv_geometry(shapes, padding="VALID")[0][-2:] == (0, 0)
 
 
 def test_conv_geometry_rejects_what_the_spec_rejects():
     with pytest.raises(OpError, match=r"YoloConvBnLeaky: argument 'filter': Cin mismatch"):
-        cuda.conv_geometry([(1, 5, 5, 3), (3, 3, 2, 4)] + [(4,)] * 5)
+        CONV_HARNESS.conv_geometry([(1, 5, 5, 3), (3, 3, 2, 4)] + [(4,)] * 5)
     with pytest.raises(OpError, match=r"YoloConvBnLeaky: argument 'strides'"):
-        cuda.conv_geometry([(1, 5, 5, 3), (3, 3, 3, 4)] + [(4,)] * 5, strides=[1, 0, 1, 1])
+        CONV_HARNESS.conv_geometry([(1, 5, 5, 3), (3, 3, 3, 4)] + [(4,)] * 5, strides=[1, 0, 1, 1])
 
 
 def test_backward_reference_matches_finite_differences(rng):

@@ -220,7 +220,7 @@ def test_gradient_op_matches_reference_backward(rng, example, dtype, mode):
     """dx, dgamma, dbeta of the fused op against the float64 formula (itself checked
     against finite differences in test_cuda.py); bounds as for the CUDA backward.
     The case table, and 65 rows (three blocks of the dgamma/dbeta sums)."""
-    from bridge.cuda_check import BACKWARD_SCALE
+    from bridge.ops.fused_layer_norm import BACKWARD_SCALE
     from bridge.ops.fused_layer_norm import reference_backward
     from bridge.tf_ops.fused_layer_norm_op import gradient
     if example is None:

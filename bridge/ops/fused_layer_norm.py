@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .cases import BadInput, Example
+from .fusion import Link, Pattern
 from .spec import Arg, Attr, OpError, OpSpec, Tolerance, dims
 
 NAME = "FusedLayerNorm"
@@ -29,6 +30,11 @@ def _reference(x, gamma, beta, *, epsilon):
     mean = x.mean(axis=-1, keepdims=True)
     var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
     return gamma * (x - mean) / np.sqrt(var + epsilon) + beta
+
+
+# The gradients' bounds, in multiples of ops.md's forward bound: dgamma and dbeta
+# are sums over rows.
+BACKWARD_SCALE = {"float32": 10.0, "float16": 2.0}
 
 
 def reference_backward(dy, x, gamma, *, epsilon):
@@ -139,5 +145,7 @@ SPEC = OpSpec(
     _from_onnx=lambda **a: dict(a),
     _examples=_examples,
     _bad_inputs=_bad_inputs,
+    fusion=(Pattern("layer_norm", "LayerNormalization over the last axis", (Link("LayerNormalization"),),
+                    hook="bridge.converters.fuse_fused_layer_norm"),),
     body=_body,
 )
