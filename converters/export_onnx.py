@@ -29,7 +29,7 @@ import numpy as np
 from bridge import atomic
 from bridge.exporting import Check, ExportError, ExportResult, OptionError, Progress, quiet
 
-from .shared_steps import compare_outputs, fuse_model, model_to_export, tf_outputs
+from .shared_steps import compare_outputs, model_to_export, tf_outputs
 
 DESCRIPTION = "ONNX: fused ops as com.bridge nodes with function bodies (custom) or standard ops only (lowered)"
 MODES = ("custom", "lowered")     # the first is the default
@@ -437,16 +437,3 @@ def _op_counts(model) -> Dict[str, int]:
         counts[key] = counts.get(key, 0) + 1
     return counts
 
-
-def export_model(model, input_shapes: Optional[Mapping[str, Sequence]] = None, *, mode: str = "custom",
-                 fuse: bool = True, opset: int = DEFAULT_OPSET, verbose: bool = False):
-    """In memory, for other tools (bridge parity): a Keras model or a loaded
-    SavedModel -> onnx.ModelProto (no file, no verification)."""
-    from bridge import modelsource
-    source = modelsource.from_object(model, input_shapes=input_shapes)
-    if fuse and source.is_keras:
-        model = fuse_model(model, quiet(), [], {})
-    fn = source.function(model if source.is_keras else None)
-    onnx_model, _ = convert(fn, source.signature(), opset=opset, mode=mode, output_names=source.output_names,
-                            verbose=verbose)
-    return onnx_model
