@@ -436,4 +436,3 @@ def _op_counts(model) -> Dict[str, int]:
         key = f"{n.domain}::{n.op_type}" if n.domain not in ("", "ai.onnx") else n.op_type
         counts[key] = counts.get(key, 0) + 1
     return counts
-
