@@ -24,6 +24,9 @@ COLUMNS = {
     "tflite": ("TFLite", "bridge.litert"),
     "ascend": ("Ascend plugin", "bridge.ascend"),
 }
+# Columns whose library is built on request only (`bridge build --cuda`, `bridge
+# build tflite`): where it is not built no op has them, and that is no hole.
+ON_REQUEST = ("tf_gpu", "tflite")
 
 
 def table() -> Dict[str, Dict[str, str]]:
@@ -51,12 +54,16 @@ def table() -> Dict[str, Dict[str, str]]:
 
 
 def holes(t: Dict[str, Dict[str, str]]) -> List[str]:
-    """Columns where one of bridge's own ops has the backend and another lacks it
-    (a team's op shows what it lacks in its row; it is no hole of bridge's)."""
+    """Columns where one of bridge's own ops has the backend and another lacks it,
+    and columns that none of them has (outside ON_REQUEST). A team's op shows
+    what it lacks in its row; it is no hole of bridge's."""
     t = {op: row for op, row in t.items() if op not in ops.SPECS or ops.is_builtin(ops.SPECS[op])}
     problems = []
     for key in COLUMNS:
         have = {op for op, row in t.items() if row[key] == "yes"}
         if have and have != set(t):
             problems.append(f"{COLUMNS[key][0]}: {sorted(have)} have it, {sorted(set(t) - have)} do not")
+        elif t and not have and key not in ON_REQUEST:
+            op = min(t)
+            problems.append(f"{COLUMNS[key][0]}: no op has it ({op}: {t[op][key]})")
     return problems
