@@ -44,6 +44,7 @@ class TfBody:
     """onnx_plugins' Body API, building TensorFlow ops for one call of the op."""
 
     opset = 18
+    FLOAT = "float32"   # Body.FLOAT: float32 as dtype and Cast's `to` spell it here
     dtype = None
 
     def __init__(self, spec, onnx_attrs: Dict):

@@ -1,4 +1,5 @@
-"""One description per op of its built-in-operator decomposition, rendered twice:
+"""The built-in-operator decomposition of an op (derived from its ONNX body by
+from_body.py), rendered twice:
 as standard ONNX (`render_onnx`, run here on onnxruntime) and as the C++ of the
 GE plugin's ParseOpToGraphFn (`render_cpp`, run by ATC). Both renderers walk the
 same step list, so the graph checked numerically here is the graph ATC builds.
@@ -46,7 +47,7 @@ class Expr:
 
 
 @dataclass(frozen=True, eq=False)
-class Attr(Expr):
+class AttrRef(Expr):
     """The value of one attribute of the node (after defaults)."""
     name: str
     kind: str = "float"
@@ -171,7 +172,9 @@ KINDS = {
     "Transpose": (1, ("perm",)),
     "Conv": (3, ("strides", "pads", "dilations")),
     "LayerNorm": (3, ("epsilon",)),
+    "ReduceMean": (1, ("axes", "keepdims")),
     "Shape": (1, ()),
+    "Slice": (None, ()),          # data, starts, ends[, axes[, steps]]
     "Gather": (2, ("axis",)),
     "Range": (3, ()),
     "Cast": (1, ("to",)),
@@ -191,9 +194,9 @@ class Decomposition:
         self.steps: List[Step] = []
         self.outputs: List[Value] = []
 
-    def attr(self, name: str) -> Attr:
+    def attr(self, name: str) -> AttrRef:
         a = self.spec.onnx_attr(name)  # KeyError names the op when the spec lacks it
-        return Attr(a.name, _KIND[a.type])
+        return AttrRef(a.name, _KIND[a.type])
 
     def const(self, value, dtype: str, shape: Sequence[int] = ()) -> Value:
         """A constant tensor; `shape` may hold one -1 (resolved from the element

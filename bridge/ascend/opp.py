@@ -7,6 +7,7 @@ Everything is generated from the op specs; nothing here is hand-kept per op.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 from typing import Dict
 
@@ -70,8 +71,9 @@ def _same_as_first_input(spec) -> str:
 
 
 def op_proto_source(spec) -> str:
-    if ops.is_builtin(spec):
-        body = importlib.import_module(f"bridge.ascend.builtin.{spec.module}").INFER_SHAPE.strip("\n")
+    own = f"bridge.ascend.infer_shape.{spec.module}"
+    if ops.is_builtin(spec) and importlib.util.find_spec(own) is not None:
+        body = importlib.import_module(own).INFER_SHAPE.strip("\n")
     else:
         body = _same_as_first_input(spec)
     return "\n".join([

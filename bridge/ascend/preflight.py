@@ -50,6 +50,22 @@ def _nodes(graph, path=""):
                 yield from _nodes(sub, f"{path}{name}/{a.name}/")
 
 
+def _why_no_plugin(node) -> str:
+    """Why bridge generates no plugin for one of its ops ('' when it does, or the
+    node is no op of bridge's): its body uses an ONNX op without a GE mapping."""
+    from bridge import ops
+    from bridge.ascend.builtin import decomposition
+    from bridge.ascend.from_body import UnmappedOp
+    spec = ops.SPECS.get(node.op_type)
+    if spec is None or node.domain not in (spec.domain, "", "ai.onnx"):
+        return ""
+    try:
+        decomposition(spec.name)
+    except UnmappedOp as e:
+        return f" ({e})"
+    return ""
+
+
 def check(model: ModelProto, *, cann: int = atc_support.DEFAULT_CANN, plugins: Iterable[str] = (),
           parser: Optional[str] = None, input_shapes: Optional[Dict[str, Sequence[int]]] = None) -> List[Finding]:
     """Everything ATC would reject in `model`; empty when clean. `plugins` are the
@@ -97,12 +113,12 @@ def check(model: ModelProto, *, cann: int = atc_support.DEFAULT_CANN, plugins: I
                 has = atc_support.describe(node.op_type, cann)
                 found.append(Finding("unregistered-op", name, node.op_type, origin,
                                      f"no CANN {cann} package registers {origin} (E16002); "
-                                     f"{node.op_type} is registered at {has}"))
+                                     f"{node.op_type} is registered at {has}{_why_no_plugin(node)}"))
         elif origin not in registered:
             close = sorted(o for o in registered if o.endswith("::" + node.op_type))
             hint = f"; plugins register {', '.join(close)}" if close else "; no plugin registers this op type"
             found.append(Finding("no-plugin", name, node.op_type, origin,
-                                 f"no plugin registers {origin} (E16002){hint}"))
+                                 f"no plugin registers {origin} (E16002){hint}{_why_no_plugin(node)}"))
 
     if parser == "legacy" and default_nodes and len(model.opset_import) > 1:
         domains = ", ".join(f"{imp.domain or 'ai.onnx'}:{imp.version}" for imp in model.opset_import)

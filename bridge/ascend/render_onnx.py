@@ -57,9 +57,18 @@ def _emit(step: Step, ins, outs, base, attrs, opset, nodes, inits):
         inits.append(numpy_helper.from_array(np.asarray(array), name))
         return name
 
+    def mean(src, dst, suffix, axes, keepdims):
+        if opset >= 18:  # axes became an input in opset 18
+            node("ReduceMean", [src, const(f"{suffix}:axes", np.asarray(axes, np.int64))], [dst], suffix,
+                 keepdims=keepdims)
+        else:
+            node("ReduceMean", [src], [dst], suffix, axes=list(axes), keepdims=keepdims)
+
     if k in ("Add", "Sub", "Mul", "Div", "Sqrt", "Sigmoid", "Exp", "Shape", "Range", "Reshape", "Erf", "Tanh", "Relu",
-             "Neg", "Abs", "Pow"):
+             "Neg", "Abs", "Pow", "Slice"):
         node(k, ins, outs)
+    elif k == "ReduceMean":
+        mean(ins[0], outs[0], "", [int(a) for a in p["axes"]], int(p["keepdims"]))
     elif k == "LeakyRelu":
         node("LeakyRelu", ins, outs, alpha=float(p["alpha"]))
     elif k == "Transpose":
@@ -86,18 +95,11 @@ def _emit(step: Step, ins, outs, base, attrs, opset, nodes, inits):
         # Below 17 there is no LayerNormalization: the explicit decomposition.
         # Pow(d, 2) (not Mul(d, d)) lets onnxruntime fuse it back into one kernel.
         x, gamma, beta = ins
-
-        def mean(src, dst, suffix):
-            if opset >= 18:
-                node("ReduceMean", [src, const(":axes", np.asarray([-1], np.int64))], [dst], suffix, keepdims=1)
-            else:
-                node("ReduceMean", [src], [dst], suffix, axes=[-1], keepdims=1)
-
         t = lambda s: f"{base}{s}"
-        mean(x, t(":mean"), ":mean")
+        mean(x, t(":mean"), ":mean", [-1], 1)
         node("Sub", [x, t(":mean")], [t(":d")], ":d")
         node("Pow", [t(":d"), const(":two", np.asarray(2.0, np.float32))], [t(":sq")], ":sq")
-        mean(t(":sq"), t(":var"), ":var")
+        mean(t(":sq"), t(":var"), ":var", [-1], 1)
         node("Add", [t(":var"), const(":eps", np.asarray(eps, np.float32))], [t(":vareps")], ":vareps")
         node("Sqrt", [t(":vareps")], [t(":std")], ":std")
         node("Div", [t(":d"), t(":std")], [t(":norm")], ":norm")

@@ -1,9 +1,8 @@
-"""The built-in-operator decomposition of each op, one file per op (named like the
-op's module in every layer). `decomposition(spec)` builds the step list that both
-the ONNX expansion and the GE plugin's ParseOpToGraphFn are rendered from."""
+"""The built-in-operator (GE ParseOpToGraphFn) decomposition of every op, derived
+from its one decomposition, the ONNX body of its spec (from_body.py): bridge's
+own ops and a team's alike, with no per-op file here."""
 from __future__ import annotations
 
-import importlib
 from functools import lru_cache
 
 from bridge import ops
@@ -12,8 +11,8 @@ from bridge.ascend.from_body import UnmappedOp, decomposition_from_body
 
 
 def supported_specs():
-    """The ops with a GE decomposition: bridge's own, and a team's whose ONNX
-    body maps onto GE operators (from_body.py)."""
+    """The ops with a GE decomposition: those whose ONNX body maps onto GE
+    operators (from_body.py)."""
     out = []
     for spec in ops.all_specs():
         try:
@@ -26,12 +25,4 @@ def supported_specs():
 
 @lru_cache(maxsize=None)
 def decomposition(name: str) -> Decomposition:
-    spec = ops.get(name)
-    if not ops.is_builtin(spec):  # a team's op: derived from its one decomposition
-        return decomposition_from_body(spec)
-    module = importlib.import_module(f"{__name__}.{spec.module}")
-    g = Decomposition(spec)
-    module.build(g)
-    if len(g.outputs) != len(spec.outputs):
-        raise AssertionError(f"{spec.name}: decomposition gives {len(g.outputs)} outputs, spec has {len(spec.outputs)}")
-    return g
+    return decomposition_from_body(ops.get(name))

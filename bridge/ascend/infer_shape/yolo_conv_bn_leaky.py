@@ -1,23 +1,6 @@
-"""YoloConvBnLeaky: BatchNorm folded into the weights (once per call; constant
-folding removes it when the parameters are initializers), then NCHW Conv and
-LeakyRelu between transposes, since ATC's ONNX route lays convolutions out NCHW."""
+"""YoloConvBnLeaky's GE custom operator (route 2): its C++ shape function, NHWC
+out by TF's arithmetic on the node's explicit pads; unknown (-1) dims stay unknown."""
 
-
-def build(g):
-    x, filt, conv_bias, gamma, beta, mean, variance = g.inputs
-    eps = g.const(g.attr("epsilon"), "float32")
-    scale = g.op("Div", gamma, g.op("Sqrt", g.op("Add", variance, eps)))
-    w = g.op("Mul", filt, scale)                       # HWIO * [O]
-    b = g.op("Add", g.op("Mul", g.op("Sub", conv_bias, mean), scale), beta)
-    x_nchw = g.op("Transpose", x, perm=(0, 3, 1, 2))
-    w_oihw = g.op("Transpose", w, perm=(3, 2, 0, 1))
-    z = g.op("Conv", x_nchw, w_oihw, b, strides=g.attr("strides"), pads=g.attr("pads"),
-             dilations=g.attr("dilations"))
-    y = g.op("LeakyRelu", z, alpha=g.attr("alpha"))
-    g.outputs = [g.op("Transpose", y, perm=(0, 2, 3, 1))]
-
-# Shape function of the GE custom operator (route 2): NHWC out, TF's arithmetic
-# on the node's explicit pads; unknown (-1) dims stay unknown.
 INFER_SHAPE = r'''
   ge::TensorDesc x = op.GetInputDescByName("x");
   ge::TensorDesc w = op.GetInputDescByName("filter");
