@@ -57,11 +57,11 @@ def op_proto_header(spec) -> str:
 
 
 def _same_as_first_input(spec) -> str:
-    """A team op's GE shape function: every output takes the first input's shape
-    and type (what a fused element-wise op does; route 2 only, which needs the
-    team's Ascend kernel anyway)."""
+    """The GE shape function of an op without bridge/ascend/infer_shape/<op>.py (a
+    team's): every output takes the first input's shape and type (what a fused
+    element-wise op does; route 2 only, which needs the team's Ascend kernel anyway)."""
     first = spec.inputs[0].name
-    lines = [f"  // Every output takes {first}'s shape and type (generated for a team op).",
+    lines = [f"  // Every output takes {first}'s shape and type (generated: the op has no shape function of its own).",
              f'  ge::TensorDesc in = op.GetInputDescByName("{first}");']
     for o in spec.outputs:
         lines += [f'  ge::TensorDesc {o.name}_desc = op.GetOutputDescByName("{o.name}");',

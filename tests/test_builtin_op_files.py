@@ -1,0 +1,51 @@
+"""A fourth built-in op needs only its spec (bridge/ops/<op>.py with its `body`)
+for the ONNX function, the lowered export, the reference kernel and the whole GE
+road: the per-op files of onnx_plugins/ and bridge/ascend/infer_shape/ are
+optional (here a scratch op registered as bridge's own, with neither)."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx.reference import ReferenceEvaluator
+
+from bridge import ops
+from bridge.ascend import builtin, expand_builtin
+from bridge.ascend.opp import op_proto_source, package_files, plugin_file
+from ascend_models import one_op_model
+
+
+@pytest.fixture
+def scratch(monkeypatch):
+    spec = replace(ops.get("FusedLayerNorm"), name="ScratchNorm", module="scratch_norm")
+    monkeypatch.setitem(ops.SPECS, spec.name, spec)
+    monkeypatch.setitem(ops.ORIGINS, spec.name, "bridge")
+    builtin.decomposition.cache_clear()
+    yield spec
+    builtin.decomposition.cache_clear()
+
+
+def test_a_builtin_op_with_only_its_spec_file(scratch, rng):
+    import onnx_plugins
+    from onnx_plugins.functions import function_proto, op_module
+
+    assert ops.is_builtin(scratch)
+    f = function_proto(scratch, 18)
+    assert [n.op_type for n in f.node].count("LayerNormalization") == 1
+    assert getattr(op_module(scratch), "FASTEST", "function") == "function"
+    x = (rng.standard_normal((3, 5)) * 4 + 2).astype(np.float32)
+    gamma, beta = rng.standard_normal(5).astype(np.float32), rng.standard_normal(5).astype(np.float32)
+    ref = scratch.reference_onnx(x, gamma, beta)
+    model = one_op_model("ScratchNorm", [x.shape, gamma.shape, beta.shape], {}, 13)
+    got = ReferenceEvaluator(model, new_ops=onnx_plugins.reference_ops()).run(None, {"x": x, "gamma": gamma,
+                                                                                      "beta": beta})[0]
+    assert scratch.tolerance["float32"].excess(got, ref) <= 1
+    ge = expand_builtin(model)
+    got = ort.InferenceSession(ge.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x, "gamma": gamma, "beta": beta})[0]
+    assert scratch.tolerance["float32"].excess(got, ref) <= 1
+    assert "ParseOpToGraphScratchNorm" in package_files()[plugin_file(scratch)]
+    assert "no shape function of its own" in op_proto_source(scratch)   # no infer_shape/scratch_norm.py
+    assert "no shape function of its own" not in op_proto_source(ops.get("YoloDecode"))
