@@ -1,17 +1,20 @@
 """The Keras fusion rewriter: `fuse(model) -> (fused_model, report)`.
 
 It walks a functional (or Sequential) Keras model's graph, node by node, and
-rebuilds it as a new functional model in which
+rebuilds it as a new functional model in which each match of a fusion pattern
+becomes a fused layer. The patterns come from the registered op specs
+(`OpSpec.fusion`, bridge.ops.fusion), a team's ops (`--op-spec`) included:
 
-- [ZeroPadding2D ->] Conv2D -> BatchNormalization -> LeakyReLU becomes one
-  `FusedConvBnLeaky` (YoloConvBnLeaky; a ZeroPadding2D before a VALID conv is
-  folded into EXPLICIT padding; conv bias and BN mean are passed separately),
-- LayerNormalization over the last axis becomes `FusedLayerNormalization`,
-- a `bridge.models.yolo.YoloDecodeHead` becomes `FusedYoloDecode`,
+- a pattern's declared chain of Keras layers is matched here (fuse_chain.py) and
+  becomes a `FusedOp` calling the op (plus any layers the pattern keeps);
+- a pattern with a `hook` is matched by its op's own module (bridge's three:
+  fuse_yolo_conv_bn_leaky.py, fuse_fused_layer_norm.py, fuse_yolo_decode.py),
+  where a chain cannot say what the fused op needs;
 
-- a LayerNormalization that a layer calls from its own Python `call` (keras_hub's
-  transformer blocks hold theirs as attributes or in lists) is fused in a copy of
-  that layer (same config and weights, the norm swapped for the fused layer),
+- a sublayer that a layer calls from its own Python `call` (keras_hub's
+  transformer blocks hold theirs as attributes or in lists), of a kind a
+  pattern can fuse alone, is fused in a copy of that layer (same config and
+  weights, the sublayer swapped for the fused one),
 
 and everything else passes through unchanged: the very same layer objects (and
 variables) as in the original, called on the rebuilt tensors. A functional model
@@ -31,7 +34,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from .fuse_report import PATTERNS, FuseReport  # noqa: F401  (PATTERNS re-exported)
+from .fuse_report import FuseReport
 
 
 def fuse(model, name=None):
@@ -50,8 +53,9 @@ def fuse(model, name=None):
         report.notes.append(f"{type(model).__name__} '{model.name}' is a subclassed Keras model: it has no layer "
                             f"graph to rewrite; the model passes through unfused")
         return model, report
+    found = matchers()  # outside the try: a spec whose hook cannot be imported is an error, not a note
     try:
-        return _Rewriter(graph, report).run(name or f"{model.name}_fused")
+        return _Rewriter(graph, report, found).run(name or f"{model.name}_fused")
     except Exception as e:  # a graph the rewriter cannot rebuild: the model is still exported, as it is
         report = FuseReport(model=label)
         report.notes.append(f"the rewriter cannot rebuild '{model.name}' ({type(e).__name__}: "
@@ -79,16 +83,46 @@ def _functional(model):
     return None
 
 
-def _layer_norms_inside(layer):
-    """(owner, attribute or list index, LayerNormalization) for each
-    LayerNormalization held by `layer` or by its (non-model) sublayers, as an
-    attribute or in a list attribute, depth first."""
+class _Hook:
+    """A pattern matched by its op's own module (`Pattern.hook`): match(rewriter,
+    node), and optionally is_sublayer(layer) / fuse_sublayer(rewriter, layer,
+    label, where) for sublayers called from a layer's Python code."""
+
+    def __init__(self, spec, pattern):
+        import importlib
+        from bridge.ops import SpecError
+        from bridge.ops.registry import ORIGINS
+        self.key = pattern.key
+        try:
+            module = importlib.import_module(pattern.hook)
+        except ImportError as e:
+            raise SpecError(ORIGINS.get(spec.name, "?"), f"fusion.{pattern.key}.hook",
+                            f"cannot import {pattern.hook!r}: {e}", spec.name) from None
+        self.match = module.match
+        self.is_sublayer = getattr(module, "is_sublayer", lambda layer: False)
+        self.fuse_sublayer = getattr(module, "fuse_sublayer", None)
+
+
+def matchers():
+    """One matcher per fusion pattern of the registered specs, in registry order
+    (a pattern folded into another's layers is matched by that one)."""
+    from bridge import ops
+    from .fuse_chain import ChainMatcher
+    return [(_Hook(spec, p) if p.hook else ChainMatcher(spec, p))
+            for spec in ops.all_specs() for p in spec.fusion if p.folded_into is None]
+
+
+def _sublayers_inside(layer, pick):
+    """(owner, attribute or list index, sublayer, its matcher) for each sublayer
+    a matcher fuses alone (`pick`), held by `layer` or by its (non-model)
+    sublayers, as an attribute or in a list attribute, depth first."""
     import keras
     out, seen = [], set()
 
     def visit(owner, key, value):
-        if isinstance(value, keras.layers.LayerNormalization):
-            out.append((owner, key, value))
+        matcher = pick(value) if isinstance(value, keras.layers.Layer) else None
+        if matcher is not None:
+            out.append((owner, key, value, matcher))
         elif isinstance(value, keras.layers.Layer) and not isinstance(value, keras.Model) and id(value) not in seen:
             seen.add(id(value))
             for attr, v in list(vars(value).items()):
@@ -111,28 +145,15 @@ def _replace(owner, key, new) -> None:
         object.__setattr__(owner, key, new)
 
 
-def _norm_problem(ln, rank: int):
-    """Why the fused op cannot stand for LayerNormalization `ln` on a rank-`rank`
-    input, or None."""
-    from .fuse_layers import NORM
-    axes = sorted(a % rank for a in (ln.axis if isinstance(ln.axis, (list, tuple)) else [ln.axis]))
-    if axes != [rank - 1]:
-        return f"LayerNormalization over axes {axes} of a rank-{rank} input, not only the last axis"
-    if getattr(ln, "rms_scaling", False):
-        return "LayerNormalization has rms_scaling=True (RMS norm, no mean)"
-    if ln.compute_dtype not in NORM.dtypes:
-        return f"LayerNormalization computes in {ln.compute_dtype}; the fused op takes {list(NORM.dtypes)}"
-    return None
-
-
-def _kind(op) -> str:
+def kind(op) -> str:
     return f"{type(op).__name__} '{op.name}'"
 
 
 class _Rewriter:
-    def __init__(self, graph, report):
+    def __init__(self, graph, report, found=None):
         self.g = graph
         self.report = report
+        self.matchers = matchers() if found is None else found
         self.nodes = [n for d in sorted(graph._nodes_by_depth, reverse=True) for n in graph._nodes_by_depth[d]]
         self.producer = {id(t): n for n in self.nodes for t in n.outputs}
         self.consumers = defaultdict(list)
@@ -141,9 +162,9 @@ class _Rewriter:
                 self.consumers[id(t)].append(n)
         self.outputs = {id(t) for t in graph.outputs}
         self.absorbed = set()   # id(node) of nodes replaced by a fused layer
-        self.anchors = {}       # id(node) -> (pattern, fused layer factory, input tensor, originals)
+        self.anchors = {}       # id(node) -> (pattern, name, build, input tensor, originals, folds)
         self.submodels = {}     # id(nested functional model) -> its fused version
-        self.copies = {}        # id(layer with LayerNormalizations inside) -> its fused copy (or None)
+        self.copies = {}        # id(layer with fusable sublayers inside) -> its fused copy (or None)
 
     # -- graph helpers ------------------------------------------------------
     def _sole_consumer(self, tensor):
@@ -161,161 +182,41 @@ class _Rewriter:
 
     # -- matching -----------------------------------------------------------
     def match(self):
-        import keras
-        from bridge.models.yolo import YoloDecodeHead
         self.training_from = None
         for node in self.nodes:  # in execution order
             op = node.operation
             if node.is_input or op is None:
                 continue
-            if isinstance(op, keras.layers.BatchNormalization):
-                self._match_conv_bn_leaky(node)
-            elif isinstance(op, keras.layers.LeakyReLU):
-                src = self._from(node)
-                if src is None or not isinstance(src.operation, keras.layers.BatchNormalization):
-                    what = "a model input" if src is None or src.is_input else _kind(src.operation)
-                    self.report.skip("conv_bn_leaky", [op.name], f"LeakyReLU follows {what}, not a BatchNormalization")
-            elif isinstance(op, keras.layers.LayerNormalization):
-                self._match_layer_norm(node)
-            elif type(op).__name__ == "RMSNormalization":
-                self.report.skip("layer_norm", [op.name], "RMSNormalization (no mean); the fused op is a "
-                                                          "LayerNormalization: it stays as it is")
-            elif isinstance(op, YoloDecodeHead):
-                self._match_decode(node)
+            for matcher in self.matchers:
+                if id(node) not in self.anchors and id(node) not in self.absorbed:
+                    matcher.match(self, node)
             if node.arguments.kwargs.get("training") is True and self.training_from is None:
                 # Keras 3 passes an explicit training=True on to every layer called
                 # after it in the same model call: later BatchNorms use batch statistics
                 self.training_from = op.name
 
-    def _dtype_problem(self, *layers):
-        from .fuse_layers import CONV
-        for layer in layers:
-            if layer.compute_dtype not in CONV.dtypes:
-                return f"{_kind(layer)} computes in {layer.compute_dtype}; the fused ops take {list(CONV.dtypes)}"
-        return None
+    def taken(self, node) -> bool:
+        """Whether `node` is already part of a planned fused layer."""
+        return id(node) in self.anchors or id(node) in self.absorbed
 
-    def _match_conv_bn_leaky(self, bn_node):
-        import keras
-        from .fuse_layers import CONV, FusedConvBnLeaky
-        bn = bn_node.operation
-        conv_node = self._from(bn_node)
-        conv = None if conv_node is None or conv_node.is_input else conv_node.operation
-        names = [bn.name] if conv is None else [conv.name, bn.name]
-        skip = lambda reason: self.report.skip("conv_bn_leaky", names, reason)  # noqa: E731
-        if not isinstance(conv, keras.layers.Conv2D):
-            return skip(f"BatchNormalization follows {'a model input' if conv is None else _kind(conv)}, not a Conv2D")
-        if conv.data_format != "channels_last":
-            return skip(f"Conv2D is {conv.data_format}; the fused op is NHWC")
-        if conv.groups != 1:
-            return skip(f"Conv2D has groups={conv.groups}; the fused op is a plain convolution")
-        act = getattr(conv.activation, "__name__", str(conv.activation))
-        if act != "linear":
-            return skip(f"Conv2D has activation '{act}' before the BatchNormalization")
-        _, why = self._sole_consumer(conv_node.outputs[0])
-        if why:
-            return skip(f"the Conv2D output {why}; fusing would drop it")
-        rank = len(bn_node.input_tensors[0].shape)
-        if bn.axis % rank != rank - 1:
-            return skip(f"BatchNormalization axis={bn.axis} is not the channel (last) axis")
-        if getattr(bn, "renorm", False):
-            return skip("BatchNormalization has renorm=True")
-        if bn_node.arguments.kwargs.get("training") is True:
-            return skip("BatchNormalization is called with training=True (batch statistics)")
-        if self.training_from is not None:
-            return skip(f"runs after '{self.training_from}', which is called with training=True: Keras runs "
-                        f"the later layers of the call in training mode too (batch statistics)")
-        leaky_node, why = self._sole_consumer(bn_node.outputs[0])
-        if why:
-            return skip(f"the BatchNormalization output {why}; fusing would drop it")
-        leaky = leaky_node.operation
-        if not isinstance(leaky, keras.layers.LeakyReLU):
-            return skip(f"BatchNormalization is followed by {_kind(leaky)}, not a LeakyReLU")
-        names.append(leaky.name)
-        problem = self._dtype_problem(conv, bn, leaky)
-        if problem:
-            return skip(problem)
+    def plan(self, anchor, pattern, layer_name, make, weights, first, absorbed, originals, folds=()):
+        """Fuses at `anchor`: the layer `make(name)` on `first`'s input, its
+        weights assigned from `weights()`; the `absorbed` nodes go."""
+        def build(x, name):
+            layer = make(name)
+            out = layer(x)
+            for dst, src in zip(layer.weights, weights()):
+                dst.assign(src)
+            return out, layer.name
+        self.plan_build(anchor, pattern, layer_name, build, first, absorbed, originals, folds)
 
-        first, pad = conv_node, None
-        attrs = dict(strides=(1, *conv.strides, 1), dilations=(1, *conv.dilation_rate, 1),
-                     padding=conv.padding.upper(), explicit_paddings=())
-        zp_node = self._from(conv_node)
-        if zp_node is not None and not zp_node.is_input and isinstance(zp_node.operation, keras.layers.ZeroPadding2D):
-            pad = self._fold_padding(zp_node, conv, attrs)
-            if pad is not None:
-                first = zp_node
-        try:
-            CONV.infer_shapes([tuple(first.input_tensors[0].shape), tuple(conv.kernel.shape)]
-                              + [(conv.filters,)] * 5, **attrs, epsilon=bn.epsilon, alpha=leaky.negative_slope)
-        except ValueError as e:
-            return skip(f"the fused op rejects it: {e}")
-        originals = ([pad.name] if pad is not None else []) + names
-
-        def make(layer_name):
-            return FusedConvBnLeaky(conv.filters, conv.kernel_size, use_bias=conv.use_bias, center=bn.center,
-                                    scale=bn.scale, epsilon=bn.epsilon, alpha=leaky.negative_slope,
-                                    replaces=originals, name=layer_name, dtype=conv.dtype_policy, **attrs)
-
-        def weights():
-            w = [conv.kernel] + ([conv.bias] if conv.use_bias else []) + ([bn.gamma] if bn.scale else [])
-            return w + ([bn.beta] if bn.center else []) + [bn.moving_mean, bn.moving_variance]
-
-        self._plan(leaky_node, "conv_bn_leaky", f"{conv.name}_bn_leaky", make, weights, first,
-                   [n for n in (first, conv_node, bn_node) if n is not leaky_node], originals)
-
-    def _fold_padding(self, zp_node, conv, attrs):
-        """Folds the ZeroPadding2D into `attrs` (EXPLICIT) and returns the layer, or
-        reports why it stays and returns None."""
-        zp = zp_node.operation
-        skip = lambda reason: self.report.skip("zero_padding", [zp.name, conv.name], reason)  # noqa: E731
-        if zp.data_format != "channels_last":
-            return skip(f"ZeroPadding2D is {zp.data_format}")
-        _, why = self._sole_consumer(zp_node.outputs[0])
-        if why:
-            return skip(f"the ZeroPadding2D output {why}; it stays, the conv is fused alone")
-        if conv.padding != "valid":
-            return skip(f"the Conv2D pads itself ('{conv.padding}'): the ZeroPadding2D stays, the conv is fused alone")
-        (top, bottom), (left, right) = zp.padding
-        attrs.update(padding="EXPLICIT", explicit_paddings=(0, 0, top, bottom, left, right, 0, 0))
-        return zp
-
-    def _match_layer_norm(self, node):
-        from .fuse_layers import FusedLayerNormalization
-        ln = node.operation
-        problem = _norm_problem(ln, len(node.input_tensors[0].shape))
-        if problem:
-            return self.report.skip("layer_norm", [ln.name], problem)
-
-        def make(layer_name):
-            return FusedLayerNormalization(epsilon=ln.epsilon, center=ln.center, scale=ln.scale,
-                                           replaces=[ln.name], name=layer_name, dtype=ln.dtype_policy)
-
-        def weights():
-            return ([ln.gamma] if ln.scale else []) + ([ln.beta] if ln.center else [])
-
-        self._plan(node, "layer_norm", ln.name, make, weights, node, [], [ln.name])
-
-    def _match_decode(self, node):
-        from .fuse_layers import DECODE, FusedYoloDecode
-        head = node.operation
-        attrs = dict(anchors=head.anchors, num_classes=head.num_classes, stride=head.stride,
-                     scale_x_y=head.scale_x_y)
-        try:
-            DECODE.infer_shapes([tuple(node.input_tensors[0].shape)], **attrs)
-        except ValueError as e:
-            return self.report.skip("yolo_decode", [head.name], f"the fused op rejects it: {e}")
-        if head.compute_dtype not in DECODE.dtypes:
-            return self.report.skip("yolo_decode", [head.name],
-                                    f"computes in {head.compute_dtype}; the fused op takes {list(DECODE.dtypes)}")
-
-        def make(layer_name):
-            return FusedYoloDecode(replaces=[head.name], name=layer_name, dtype=head.dtype_policy, **attrs)
-
-        self._plan(node, "yolo_decode", head.name, make, lambda: [], node, [], [head.name])
-
-    def _plan(self, anchor, pattern, layer_name, make, weights, first, absorbed, originals):
+    def plan_build(self, anchor, pattern, layer_name, build, first, absorbed, originals, folds=()):
+        """Fuses at `anchor`: `build(input tensor, name) -> (output, fused layer
+        name)` on `first`'s input; the `absorbed` nodes go; `folds` are the
+        patterns folded into it (counted in the report)."""
         for n in absorbed:
             self.absorbed.add(id(n))
-        self.anchors[id(anchor)] = (pattern, layer_name, make, weights, first.input_tensors[0], originals)
+        self.anchors[id(anchor)] = (pattern, layer_name, build, first.input_tensors[0], originals, tuple(folds))
 
     # -- rebuilding ---------------------------------------------------------
     def _nested(self, op):
@@ -325,9 +226,11 @@ class _Rewriter:
         if not isinstance(op, keras.Model) or _functional(op) is None:
             return op
         if id(op) not in self.submodels:
-            sub, rep = _Rewriter(_functional(op), FuseReport(model=op.name)).run(op.name)
+            sub, rep = _Rewriter(_functional(op), FuseReport(model=op.name), self.matchers).run(op.name)
             for b in rep.blocks:
                 self.report.add_block(b.pattern, f"{op.name}/{b.layer}", [f"{op.name}/{n}" for n in b.replaces])
+            for pattern, count in rep.folds.items():
+                self.report.fold(pattern, count)
             for pattern, skips in rep.skips.items():
                 for s in skips:
                     self.report.skip(pattern, [f"{op.name}/{n}" for n in s.layers], s.reason)
@@ -335,15 +238,19 @@ class _Rewriter:
             self.submodels[id(op)] = sub if rep.blocks else op
         return self.submodels[id(op)]
 
+    def _pick(self, layer):
+        """The matcher that fuses `layer` alone as a sublayer, or None."""
+        return next((m for m in self.matchers if m.fuse_sublayer is not None and m.is_sublayer(layer)), None)
+
     def _inner(self, op, args, kwargs):
-        """A layer whose own Python `call` uses LayerNormalization sublayers
-        (keras_hub's TransformerEncoder/Decoder, ViT's blocks): a copy of it
-        (same config, same weights) with each LayerNormalization the fused op
-        takes swapped for a FusedLayerNormalization; None when there is none to
-        fuse (or the layer cannot be copied: then it stays, and the report says
-        why). The original layer is left as it was: the unfused model still uses it."""
+        """A layer whose own Python `call` uses sublayers a pattern fuses alone
+        (LayerNormalization in keras_hub's TransformerEncoder/Decoder and ViT's
+        blocks): a copy of it (same config, same weights) with each such sublayer
+        swapped for its fused layer; None when there is none to fuse (or the
+        layer cannot be copied: then it stays, and the report says why). The
+        original layer is left as it was: the unfused model still uses it."""
         import keras
-        if isinstance(op, (keras.Model, keras.layers.LayerNormalization)):
+        if isinstance(op, keras.Model) or self._pick(op) is not None:
             return None
         if id(op) in self.copies:  # a layer called more than once (ALBERT's shared blocks): one copy
             return self.copies[id(op)]
@@ -351,43 +258,27 @@ class _Rewriter:
         return copy
 
     def _copy_fused(self, op, args, kwargs):
-        found = list({id(ln): (o, k, ln) for o, k, ln in _layer_norms_inside(op)}.values())
+        found = list({id(sub): (o, k, sub, m) for o, k, sub, m in _sublayers_inside(op, self._pick)}.values())
         if not found:
             return None
-        where = f"inside {_kind(op)}"
+        where = f"inside {kind(op)}"
         try:
             clone = type(op).from_config(op.get_config())
             clone(*args, **kwargs)  # builds the copy's sublayers
             clone.set_weights(op.get_weights())
         except Exception as e:
-            for _, _, ln in found:
-                self.report.skip("layer_norm", [f"{op.name}/{ln.name}"],
+            for _, _, sub, matcher in found:
+                self.report.skip(matcher.key, [f"{op.name}/{sub.name}"],
                                  f"{where}, which cannot be copied to fuse it ({type(e).__name__}: "
                                  f"{str(e).splitlines()[0][:120] if str(e) else ''})")
             return None
-        made = {}  # id(LayerNormalization) -> its fused copy (or None): one per layer, however often held
-        for owner, attr, ln in _layer_norms_inside(clone):
-            if id(ln) not in made:
-                made[id(ln)] = self._fused_norm(ln, f"{op.name}/{ln.name}", where)
-            if made[id(ln)] is not None:
-                _replace(owner, attr, made[id(ln)])
+        made = {}  # id(sublayer) -> its fused copy (or None): one per layer, however often held
+        for owner, attr, sub, matcher in _sublayers_inside(clone, self._pick):
+            if id(sub) not in made:
+                made[id(sub)] = matcher.fuse_sublayer(self, sub, f"{op.name}/{sub.name}", where)
+            if made[id(sub)] is not None:
+                _replace(owner, attr, made[id(sub)])
         return clone if any(f is not None for f in made.values()) else None
-
-    def _fused_norm(self, ln, label, where):
-        """A built FusedLayerNormalization holding `ln`'s weights, or None (reported)."""
-        from .fuse_layers import FusedLayerNormalization
-        shape = (getattr(ln, "_build_shapes_dict", None) or {}).get("input_shape")
-        problem = ("LayerNormalization was never called (no input shape)" if shape is None
-                   else _norm_problem(ln, len(shape)))
-        if problem:
-            return self.report.skip("layer_norm", [label], f"{where}: {problem}")
-        fused = FusedLayerNormalization(epsilon=ln.epsilon, center=ln.center, scale=ln.scale, replaces=[label],
-                                        name=f"{ln.name}_fused", dtype=ln.dtype_policy)
-        fused.build(tuple(shape))
-        for dst, src in zip(fused.weights, ([ln.gamma] if ln.scale else []) + ([ln.beta] if ln.center else [])):
-            dst.assign(src)
-        self.report.add_block("layer_norm", label, [label])
-        return fused
 
     def run(self, name):
         import keras
@@ -404,15 +295,14 @@ class _Rewriter:
                 op = self._nested(node.operation)
                 out = (self._inner(op, args, kwargs) or op)(*args, **kwargs)
             else:
-                pattern, layer_name, make, weights, source, originals = plan
+                pattern, layer_name, build, source, originals, folds = plan
                 if layer_name in taken and layer_name not in originals:
                     layer_name += "_fused"
                 taken.add(layer_name)
-                layer = make(layer_name)
-                out = layer(tensors[id(source)])
-                for dst, src in zip(layer.weights, weights()):
-                    dst.assign(src)
-                self.report.add_block(pattern, layer.name, originals)
+                out, made = build(tensors[id(source)], layer_name)
+                self.report.add_block(pattern, made, originals)
+                for folded in folds:
+                    self.report.fold(folded)
             for old, new in zip(node.outputs, tree.flatten(out)):
                 tensors[id(old)] = new
         outputs = tree.map_structure(lambda t: tensors[id(t)], self.g._outputs_struct)

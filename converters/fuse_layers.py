@@ -3,7 +3,8 @@
 They hold the original, unfolded weights (the Conv2D kernel and bias, the
 BatchNorm gamma/beta/moving statistics, the LayerNorm gamma/beta) and pass them to
 the op, which folds per call (ops.md). Attributes are the op's own (TF form, from
-the op spec), validated at construction. All three are registered as Keras
+the op spec), validated at construction. `FusedOp` stands for any other spec'd
+op (a pattern a spec declares, bridge.ops.fusion). All are registered as Keras
 serializable (package "bridge"): a `.keras` file of a fused model loads after
 importing this module (bridge.models.load does), and running it needs the op
 library (bridge.tf_ops, imported on the first call).
@@ -179,4 +180,50 @@ class FusedYoloDecode(_Fused):
         return {**super().get_config(), **attrs}
 
 
-FUSED_LAYERS = (FusedConvBnLeaky, FusedLayerNormalization, FusedYoloDecode)
+@keras.saving.register_keras_serializable(package="bridge")
+class FusedOp(_Fused):
+    """Any spec'd op as a Keras layer, for the patterns a spec declares
+    (bridge.ops.fusion): the layer's input is the op's first input, its weights
+    the others (named and shaped as `weights` says: [(input name, shape)]), and
+    `attrs` the op's attributes. It calls `bridge.tf_ops.<module>`, so a team's
+    op needs its library loaded (`--op-library`) to run, and its spec registered
+    (`--op-spec`) to load from a .keras file."""
+
+    def __init__(self, op, attrs=None, weights=(), **kwargs):
+        super().__init__(**kwargs)
+        try:
+            self.spec = _specs.get(op)
+        except KeyError:
+            raise ValueError(f"FusedOp: op {op!r} is not registered: give its spec (--op-spec FILE, or "
+                             f"bridge.ops.load_spec_file) before loading or building the model") from None
+        self.op_attrs = self.spec.resolve(dict(attrs or {}))
+        self.weight_shapes = [(str(name), tuple(int(d) for d in shape)) for name, shape in weights]
+        want = [a.name for a in self.spec.inputs[1:]]
+        if [name for name, _ in self.weight_shapes] != want:
+            raise ValueError(f"FusedOp: {self.spec.name} takes the weights {want} after its first input, got "
+                             f"{[name for name, _ in self.weight_shapes]}")
+
+    def build(self, input_shape):
+        self.params = [self.add_weight(shape=shape, name=name, initializer="zeros")
+                       for name, shape in self.weight_shapes]
+
+    def _fn(self):
+        fn = getattr(_tf_ops(), self.spec.module, None)
+        if fn is None:
+            raise ValueError(f"{self.spec.name}: no TensorFlow kernel is loaded for it: give its library "
+                             f"(--op-library LIB, or bridge.tf_ops.load_op_library)")
+        return fn
+
+    def call(self, x):
+        out = self._fn()(x, *[tf.cast(w, x.dtype) for w in self.params], **self.op_attrs)
+        return tuple(out) if isinstance(out, (list, tuple)) else out
+
+    def compute_output_shape(self, input_shape):
+        shapes = _infer(self.spec, [_shape(input_shape)] + [shape for _, shape in self.weight_shapes],
+                        **self.op_attrs)
+        return shapes[0] if len(shapes) == 1 else shapes
+
+    def get_config(self):
+        attrs = {k: list(v) if isinstance(v, tuple) else v for k, v in self.op_attrs.items()}
+        return {**super().get_config(), "op": self.spec.name, "attrs": attrs,
+                "weights": [[name, list(shape)] for name, shape in self.weight_shapes]}

@@ -4,19 +4,16 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 from bridge import ops as _specs
 from bridge.table import render
 
-# key -> (what is matched, the op it becomes)
-PATTERNS = {
-    "conv_bn_leaky": ("Conv2D -> BatchNormalization -> LeakyReLU", _specs.get("yolo_conv_bn_leaky").name),
-    "zero_padding": ("ZeroPadding2D before a VALID Conv2D (folded into EXPLICIT pads)",
-                     _specs.get("yolo_conv_bn_leaky").name),
-    "layer_norm": ("LayerNormalization over the last axis", _specs.get("fused_layer_norm").name),
-    "yolo_decode": ("YoloDecodeHead (bridge.models.yolo)", _specs.get("yolo_decode").name),
-}
+
+def patterns() -> Dict[str, Tuple[str, str]]:
+    """key -> (what is matched, the op it becomes), for every fusion pattern of the
+    registered specs (bridge.ops.fusion), a team's included, in registry order."""
+    return {p.key: (p.matches, spec.name) for spec in _specs.all_specs() for p in spec.fusion}
 
 
 @dataclass
@@ -37,23 +34,26 @@ class FuseReport:
     model: str
     fused_model: str = ""
     blocks: List[Block] = field(default_factory=list)
-    skips: Dict[str, List[Skip]] = field(default_factory=lambda: {k: [] for k in PATTERNS})
+    skips: Dict[str, List[Skip]] = field(default_factory=lambda: {k: [] for k in patterns()})
     notes: List[str] = field(default_factory=list)
+    folds: Dict[str, int] = field(default_factory=dict)  # pattern -> matches folded into another's fused layer
 
     def add_block(self, pattern, layer, replaces):
         self.blocks.append(Block(pattern, layer, list(replaces)))
 
     def skip(self, pattern, layers, reason):
-        self.skips[pattern].append(Skip([str(n) for n in layers], reason))
+        self.skips.setdefault(pattern, []).append(Skip([str(n) for n in layers], reason))
+
+    def fold(self, pattern, count=1):
+        self.folds[pattern] = self.folds.get(pattern, 0) + count
 
     def fused(self, pattern) -> int:
-        """How many matches of `pattern` were fused (zero_padding: how many pads were folded)."""
-        if pattern == "zero_padding":
-            return sum(1 for b in self.blocks if b.pattern == "conv_bn_leaky" and len(b.replaces) == 4)
-        return sum(1 for b in self.blocks if b.pattern == pattern)
+        """How many matches of `pattern` were fused (a pattern folded into another's
+        layers, such as zero_padding: how many were folded)."""
+        return sum(1 for b in self.blocks if b.pattern == pattern) + self.folds.get(pattern, 0)
 
     def skipped(self, pattern) -> List[Skip]:
-        return list(self.skips[pattern])
+        return list(self.skips.get(pattern, ()))
 
     @property
     def total_fused(self) -> int:
@@ -68,8 +68,8 @@ class FuseReport:
             "model": self.model,
             "fused_model": self.fused_model,
             "patterns": {k: {"matches": desc, "op": op, "fused": self.fused(k),
-                             "skipped": [{"layers": s.layers, "reason": s.reason} for s in self.skips[k]]}
-                         for k, (desc, op) in PATTERNS.items()},
+                             "skipped": [{"layers": s.layers, "reason": s.reason} for s in self.skipped(k)]}
+                         for k, (desc, op) in patterns().items()},
             "blocks": [{"pattern": b.pattern, "layer": b.layer, "replaces": b.replaces} for b in self.blocks],
             "notes": list(self.notes),
         }
@@ -78,10 +78,11 @@ class FuseReport:
         return json.dumps(self.to_dict(), **kwargs)
 
     def render(self, colour=False) -> str:
-        rows = [(k, desc, op, self.fused(k), len(self.skips[k])) for k, (desc, op) in PATTERNS.items()]
+        known = patterns()
+        rows = [(k, desc, op, self.fused(k), len(self.skipped(k))) for k, (desc, op) in known.items()]
         text = [f"fusion report for {self.model}" + (f" -> {self.fused_model}" if self.fused_model else ""),
                 render(("pattern", "matches", "op", "fused", "skipped"), rows, colour=colour)]
-        misses = [(k, " + ".join(s.layers), s.reason) for k in PATTERNS for s in self.skips[k]]
+        misses = [(k, " + ".join(s.layers), s.reason) for k in known for s in self.skipped(k)]
         if misses:
             text += ["", "skipped (near misses):", render(("pattern", "layers", "reason"), misses, colour=colour)]
         text += [f"note: {n}" for n in self.notes]

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .cases import BadInput, Example
+from .fusion import Link, Pattern
 from .spec import Arg, Attr, OpError, OpSpec, Tolerance, dims
 
 NAME = "FusedLayerNorm"
@@ -144,5 +145,7 @@ SPEC = OpSpec(
     _from_onnx=lambda **a: dict(a),
     _examples=_examples,
     _bad_inputs=_bad_inputs,
+    fusion=(Pattern("layer_norm", "LayerNormalization over the last axis", (Link("LayerNormalization"),),
+                    hook="bridge.converters.fuse_fused_layer_norm"),),
     body=_body,
 )

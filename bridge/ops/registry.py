@@ -12,6 +12,7 @@ specs are loaded: the CLI loads `--op-spec` files before it imports any layer.
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 import pkgutil
@@ -20,6 +21,7 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from . import fusion
 from .spec import REQUIRED, OpError, OpSpec, Tolerance, _coerce
 
 ENTRY_POINT_GROUP = "bridge.ops"
@@ -77,7 +79,24 @@ def check(spec, origin: str) -> OpSpec:
                                     op) from None
     if spec.body is not None and not callable(spec.body):
         raise SpecError(origin, "body", "the decomposition must be a function body(b, *inputs, outputs)", op)
+    _check_fusion(spec, origin)
     return spec
+
+
+def _check_fusion(spec: OpSpec, origin: str) -> None:
+    if not isinstance(spec.fusion, (tuple, list)):
+        raise SpecError(origin, "fusion", f"a tuple of bridge.ops.fusion.Pattern, got {type(spec.fusion).__name__}",
+                        spec.name)
+    keys = [getattr(p, "key", None) for p in spec.fusion]
+    for i, pattern in enumerate(spec.fusion):
+        for name, message in fusion.problems(pattern, spec):
+            raise SpecError(origin, f"fusion[{i}]" + (f".{name}" if name else ""), message, spec.name)
+        if keys.count(pattern.key) > 1:
+            raise SpecError(origin, f"fusion[{i}].key", f"{pattern.key!r} is the key of another pattern of the op",
+                            spec.name)
+        if pattern.folded_into is not None and pattern.folded_into not in keys:
+            raise SpecError(origin, f"fusion[{i}].folded_into", f"{pattern.folded_into!r} is no pattern of the op",
+                            spec.name)
 
 
 def register(spec: OpSpec, origin: str) -> OpSpec:
@@ -87,6 +106,11 @@ def register(spec: OpSpec, origin: str) -> OpSpec:
     clash = next((s for s in SPECS.values() if s.module == spec.module and s.name != spec.name), None)
     if clash is not None:
         raise SpecError(origin, "module", f"{spec.module!r} is already the module of {clash.name}", spec.name)
+    for i, pattern in enumerate(spec.fusion):
+        other = next((s for s in SPECS.values() if s.name != spec.name and pattern.key in pattern_keys(s)), None)
+        if other is not None:
+            raise SpecError(origin, f"fusion[{i}].key", f"{pattern.key!r} is already a fusion pattern of {other.name}",
+                            spec.name)
     SPECS[spec.name] = spec
     ORIGINS[spec.name] = origin
     return spec
@@ -133,6 +157,10 @@ def load_spec_file(path) -> List[OpSpec]:
         raise
     except Exception as e:
         del sys.modules[name]
+        unknown = re.match(r"OpSpec\.__init__\(\) got an unexpected keyword argument '(\w+)'", str(e))
+        if isinstance(e, TypeError) and unknown:
+            raise SpecError(origin, unknown.group(1), f"unknown field; an OpSpec has "
+                            f"{[f.name for f in dataclasses.fields(OpSpec)]}") from None
         raise SpecError(origin, "file", f"importing it failed: {type(e).__name__}: {e}") from None
     return [register(s, origin) for s in _specs_of(module, origin)]
 
@@ -150,6 +178,10 @@ def load_entry_points() -> List[OpSpec]:
         specs = [target] if isinstance(target, OpSpec) else _specs_of(target, origin)
         loaded.extend(register(s, origin) for s in specs)
     return loaded
+
+
+def pattern_keys(spec: OpSpec) -> List[str]:
+    return [p.key for p in spec.fusion]
 
 
 def is_builtin(spec: OpSpec) -> bool:

@@ -132,6 +132,8 @@ class OpSpec:
     # The op's case tables (cases.py): () -> [Example], () -> [BadInput].
     _examples: Optional[Callable[[], Sequence[Any]]] = field(default=None, repr=False)
     _bad_inputs: Optional[Callable[[], Sequence[Any]]] = field(default=None, repr=False)
+    # The Keras layers the op replaces: fusion.Pattern's, read by bridge.converters.fuse.
+    fusion: Tuple[Any, ...] = field(default=(), repr=False)
 
     # -- attributes --------------------------------------------------------
     def attr(self, name: str) -> Attr:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from .cases import BadInput, Example
+from .fusion import Link, Pattern
 from .spec import Arg, Attr, OpError, OpSpec, Tolerance, dims
 
 NAME = "YoloConvBnLeaky"
@@ -276,5 +277,10 @@ SPEC = OpSpec(
     _from_onnx=_from_onnx,
     _examples=_examples,
     _bad_inputs=_bad_inputs,
+    fusion=(Pattern("conv_bn_leaky", "Conv2D -> BatchNormalization -> LeakyReLU",
+                    (Link("Conv2D"), Link("BatchNormalization"), Link("LeakyReLU")),
+                    hook="bridge.converters.fuse_yolo_conv_bn_leaky"),
+            Pattern("zero_padding", "ZeroPadding2D before a VALID Conv2D (folded into EXPLICIT pads)",
+                    (Link("ZeroPadding2D"), Link("Conv2D")), folded_into="conv_bn_leaky")),
     body=_body,
 )

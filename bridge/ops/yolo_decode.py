@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .cases import BadInput, Example
+from .fusion import Link, Pattern
 from .spec import Arg, Attr, OpError, OpSpec, Tolerance, dims
 
 NAME = "YoloDecode"
@@ -162,5 +163,7 @@ SPEC = OpSpec(
     _from_onnx=lambda **a: dict(a),
     _examples=_examples,
     _bad_inputs=_bad_inputs,
+    fusion=(Pattern("yolo_decode", "YoloDecodeHead (bridge.models.yolo)", (Link("YoloDecodeHead"),),
+                    hook="bridge.converters.fuse_yolo_decode"),),
     body=_body,
 )

@@ -15,6 +15,7 @@ import math
 import numpy as np
 
 from bridge.ops import Arg, OpError, OpSpec, Tolerance
+from bridge.ops.fusion import Link, Pattern
 from bridge.ops.spec import dims
 
 NAME = "FusedBiasGelu"
@@ -49,6 +50,51 @@ def _body(b, x, bias, *, outputs):
     b.op("Mul", half_z, b.op("Add", e, b.like(b.const(1.0, "float32"), x)), out=y)
 
 
+# -- which Keras layers the op replaces (bridge.ops.fusion) -----------------------
+# The conditions read the Keras layer by duck typing: this file imports no Keras.
+
+def _gelu(activation):
+    """'exact', 'approximate' (the tanh form) or None (not a GELU)."""
+    fn = getattr(activation, "func", activation)  # functools.partial(gelu, approximate=...)
+    name = getattr(fn, "__name__", "")
+    if name == "gelu":
+        given = dict(getattr(activation, "keywords", None) or {})
+        args = getattr(activation, "args", ())
+        return "approximate" if given.get("approximate", args[0] if args else False) else "exact"
+    return "approximate" if name in ("gelu_approximate", "approximate_gelu") else None
+
+
+def _exact(layer):
+    if _gelu(layer.activation) != "exact":
+        return (f"{type(layer).__name__} '{layer.name}' uses the approximate (tanh) GELU; "
+                f"{NAME} is the exact erf GELU")
+    return None
+
+
+def _has_bias(dense):
+    return None if dense.use_bias else f"Dense '{dense.name}' has no bias (use_bias=False)"
+
+
+def _linear(dense):
+    act = getattr(dense.activation, "__name__", str(dense.activation))
+    return None if act == "linear" else f"Dense '{dense.name}' has activation '{act}' before the GELU"
+
+
+# The Dense is kept without its bias and activation; the op adds the bias and applies GELU.
+_DENSE_WITHOUT_BIAS = {"use_bias": False, "activation": "linear"}
+
+FUSION = (
+    Pattern("dense_gelu", "Dense with activation='gelu' (exact)",
+            chain=(Link("Dense", "dense", checks=(_has_bias, _exact)),),
+            when=lambda dense: _gelu(dense.activation) is not None,
+            keep={"dense": _DENSE_WITHOUT_BIAS}, inputs=("dense.bias",)),
+    Pattern("dense_then_gelu", "Dense -> Activation('gelu') (exact)",
+            chain=(Link("Dense", "dense", checks=(_has_bias, _linear)), Link("Activation", "gelu", checks=(_exact,))),
+            when=lambda act: _gelu(act.activation) is not None,
+            keep={"dense": _DENSE_WITHOUT_BIAS}, inputs=("dense.bias",)),
+)
+
+
 SPEC = OpSpec(
     name=NAME,
     module="fused_bias_gelu",
@@ -65,4 +111,5 @@ SPEC = OpSpec(
     _from_onnx=lambda **attrs: dict(attrs),
     domain="com.example",
     body=_body,
+    fusion=FUSION,
 )

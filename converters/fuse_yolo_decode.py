@@ -1,0 +1,26 @@
+"""YoloDecode's Keras matcher (its spec's fusion hook): a
+`bridge.models.yolo.YoloDecodeHead` becomes one FusedYoloDecode, its
+attributes read from the head."""
+from __future__ import annotations
+
+
+def match(rw, node) -> None:
+    from bridge.models.yolo import YoloDecodeHead
+    from .fuse_layers import DECODE, FusedYoloDecode
+    head = node.operation
+    if not isinstance(head, YoloDecodeHead):
+        return
+    attrs = dict(anchors=head.anchors, num_classes=head.num_classes, stride=head.stride,
+                 scale_x_y=head.scale_x_y)
+    try:
+        DECODE.infer_shapes([tuple(node.input_tensors[0].shape)], **attrs)
+    except ValueError as e:
+        return rw.report.skip("yolo_decode", [head.name], f"the fused op rejects it: {e}")
+    if head.compute_dtype not in DECODE.dtypes:
+        return rw.report.skip("yolo_decode", [head.name],
+                              f"computes in {head.compute_dtype}; the fused op takes {list(DECODE.dtypes)}")
+
+    def make(layer_name):
+        return FusedYoloDecode(replaces=[head.name], name=layer_name, dtype=head.dtype_policy, **attrs)
+
+    rw.plan(node, "yolo_decode", head.name, make, lambda: [], node, [], [head.name])
