@@ -348,10 +348,13 @@ def export(source, output: str, *, mode=None, opset: Optional[int] = None, fuse:
            verbose: bool = False, progress=None, atol: Optional[float] = None, verify: bool = True,
            parser: str = "new", soc_version: str = DEFAULT_SOC, route: str = "builtin", **_) -> ExportResult:
     """The `--to ge` exporter (interface: bridge/commands/export.py)."""
-    from bridge.converters.export_onnx import convert_raw
+    from bridge.converters.export_onnx import at_lowest_opset, convert_raw
+    from bridge.ascend.origins import EXPORT_OPSETS
     from bridge.modelsource import ModelSourceError
     progress = progress or quiet()
-    opset = check_opset(opset)
+    # no --opset: the lowest opset ATC takes at which the model converts (11 unless it needs more)
+    opsets = [o for o in EXPORT_OPSETS if o >= check_opset(None)] if opset is None else [check_opset(opset)]
+    opset = opsets[0]
     check_soc(soc_version)
     if parser not in ("new", "legacy"):
         raise OptionError(f"--parser {parser}: choose new or legacy")
@@ -371,8 +374,12 @@ def export(source, output: str, *, mode=None, opset: Optional[int] = None, fuse:
         with progress.stage("converting"):
             # ATC's opsets (11..) are below the function bodies' 13: bare com.bridge nodes, no functions
             fn = source.function(model if source.is_keras else None)
-            onnx_model, _ = convert_raw(fn, source.signature(), opset=opset, output_names=source.output_names,
-                                        verbose=verbose)
+            (onnx_model, _), opset, note = at_lowest_opset(
+                lambda o: convert_raw(fn, source.signature(), opset=o, output_names=source.output_names,
+                                      verbose=verbose), opsets)
+        details["opset"] = opset
+        if note:
+            summary.append(note)
     with progress.stage("laying out for ATC"):
         ge = ge_model(onnx_model, opset=opset, parser=parser, shapes=shapes)
     feeds = source.sample_inputs(seed=seed)

@@ -22,7 +22,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from typing import Dict, List, Mapping, Optional, Sequence
+import re
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
 import numpy as np
 
@@ -42,6 +43,7 @@ DEFAULT_OPSET = 18
 # Protobuf cannot serialise a message over 2 GiB; stay clear of it with the graph around the weights.
 EXTERNAL_DATA_BYTES = 1_800_000_000
 TF2ONNX_LOGGERS = ("tf2onnx",)
+T = TypeVar("T")
 
 
 def opset_range() -> range:
@@ -182,7 +184,50 @@ def _first_opset(op_type: str, above: int) -> Optional[int]:
     return None
 
 
-def _unsupported_message(bad: Dict[str, List[str]], opset: Optional[int] = None) -> str:
+class OpsetTooLow(ExportError):
+    """The model converts only at a higher opset: `opset` is the first that has
+    what it needs, `reason` says what in a few words (for a note)."""
+
+    def __init__(self, message: str, opset: int, reason: str):
+        super().__init__(message)
+        self.opset = opset
+        self.reason = reason
+
+
+def at_lowest_opset(convert: Callable[[int], T], opsets: Sequence[int]) -> Tuple[T, int, str]:
+    """(convert(opset), opset, note) at the first of `opsets` (ascending) the
+    model converts at: a conversion refused as OpsetTooLow moves on to the opset
+    it names. `note` says why the opset is above opsets[0] ('' when it is not);
+    when no opset of `opsets` will do, the last refusal is raised."""
+    opsets = sorted(opsets)
+    refused: Optional[OpsetTooLow] = None
+    for opset in opsets:
+        if refused is not None and opset < refused.opset:
+            continue
+        try:
+            value = convert(opset)
+        except OpsetTooLow as e:
+            refused = e
+            continue
+        note = "" if refused is None else f"opset {opset}: at opset {opsets[0]} {refused.reason}"
+        return value, opset, note
+    if refused is None:
+        raise ExportError("no opset to convert at")
+    raise refused
+
+
+# tf2onnx handlers refuse an attribute the opset lacks with messages such as
+# "Opset 12 required for batch_dims attribute of GatherV2" or "... requires opset >= 11"
+_NEEDS_OPSET = re.compile(r"\bopset (?:>= ?)?(\d+)(?: is)? required\b|\brequires opset (?:>= ?)?(\d+)", re.I)
+
+
+def needed_opset(message: str) -> Optional[int]:
+    """The opset a tf2onnx handler's refusal says it needs, or None."""
+    m = _NEEDS_OPSET.search(message)
+    return int(m.group(1) or m.group(2)) if m else None
+
+
+def _unsupported_error(bad: Dict[str, List[str]], opset: Optional[int] = None) -> ExportError:
     lines = ["tf2onnx cannot convert these ops (the model would be invalid):"]
     later = {}
     for op, nodes in sorted(bad.items()):
@@ -193,16 +238,18 @@ def _unsupported_message(bad: Dict[str, List[str]], opset: Optional[int] = None)
             later[op] = first
     if later and len(later) == len(bad):
         need = max(later.values())
-        return "\n".join(lines + [f"Fix: {', '.join(sorted(later))} is standard ONNX from opset {need} on; this "
-                                   f"export is at opset {opset}: export with --opset {need} or higher"])
+        ops_named = ", ".join(sorted(later))
+        return OpsetTooLow("\n".join(lines + [f"Fix: {ops_named} is standard ONNX from opset {need} on; this "
+                                               f"export is at opset {opset}: export with --opset {need} or higher"]),
+                           need, f"{ops_named} is not an ONNX op")
     lines.append("Fix: rewrite the model without them, or add a tf2onnx handler: a module with "
                  "`@tf2onnx.handler.tf_op(\"OpName\")` and a `version_N(cls, ctx, node, **kw)` classmethod, "
                  "imported before the export (bridge's own handlers are converters/<op>.py; a fused op of "
                  "bridge also needs its spec in bridge/ops).")
-    return "\n".join(lines)
+    return ExportError("\n".join(lines))
 
 
-def _handler_failures(capture: _Capture) -> Optional[Exception]:
+def _handler_failures(capture: _Capture, opset: int) -> Optional[Exception]:
     from bridge.ops import OpError
     excs = capture.exceptions()
     for e in excs:
@@ -210,8 +257,14 @@ def _handler_failures(capture: _Capture) -> Optional[Exception]:
             return ExportError(f"converting failed: {e}")
     if excs:
         first = [r for r in capture.records if r.exc_info][0]
-        return ExportError(f"tf2onnx failed to convert a node: {first.getMessage().splitlines()[0]}: "
-                           f"{type(excs[0]).__name__}: {excs[0]}")
+        message = (f"tf2onnx failed to convert a node: {first.getMessage().splitlines()[0]}: "
+                   f"{type(excs[0]).__name__}: {excs[0]}")
+        need = needed_opset(str(excs[0]))
+        if need is not None and need > opset:
+            said = str(excs[0]).replace("make_sure failure: ", "")
+            return OpsetTooLow(f"{message}\nFix: this export is at opset {opset}: export with --opset {need} "
+                               f"or higher", need, f"tf2onnx refuses it ({said})")
+        return ExportError(message)
     return None
 
 
@@ -238,20 +291,20 @@ def convert_raw(fn, input_signature, *, opset: int, output_names: Optional[Seque
                     large_model=large)
                 break
             except Exception as e:
-                failure = _handler_failures(capture)
+                failure = _handler_failures(capture, opset)
                 if failure is not None:
                     raise failure from e
                 if not catch:
                     continue  # an optimizer pass failed: again, with tf2onnx skipping failed passes
                 raise ExportError(f"tf2onnx failed: {type(e).__name__}: {e}") from e
-    failure = _handler_failures(capture)
+    failure = _handler_failures(capture, opset)
     if failure is not None:
         raise failure
     constants_to_initializers(model, constants, [s.name for s in input_signature])
     split_extra_conv_bias(model)
     bad = unsupported_nodes(model, opset)
     if bad:
-        raise ExportError(_unsupported_message(bad, opset))
+        raise _unsupported_error(bad, opset)
     if output_names:
         _order_outputs(model, output_names)
     _fill_output_types(model)

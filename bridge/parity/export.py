@@ -94,26 +94,16 @@ def onnx_ge(source) -> Any:
 
 def _convert_for_ge(source):
     """(model, opset): the conversion at ATC's default opset, or at the first
-    higher opset ATC takes when the model has ops the default opset lacks
-    (BERT's Einsum needs 12); `source.ge_opset_note` then says so."""
+    higher opset ATC takes when the model needs one (BERT's Einsum: 12;
+    deberta-v3's GatherV2 with batch_dims: 12); `source.ge_opset_note` then
+    says so."""
     from bridge.ascend.origins import EXPORT_OPSETS
-    from bridge.exporting import ExportError
     eo = _converters()
     fn, signature, names = _tf_function(source)
-    first_error = None
-    for opset in [o for o in EXPORT_OPSETS if o >= ge_opset()]:
-        try:
-            model, external = _convert_raw(eo, fn, signature, opset, names)
-        except ExportError as e:
-            if "cannot convert these ops" not in str(e):
-                raise
-            first_error = first_error or e
-            continue
-        if opset != ge_opset():
-            source.ge_opset_note = (f"opset {opset}: at opset {ge_opset()} " +
-                                    str(first_error).splitlines()[1].strip().split(":")[0] + " is not an ONNX op")
-        return with_data(model, external), opset
-    raise first_error
+    (model, external), opset, note = eo.at_lowest_opset(
+        lambda o: _convert_raw(eo, fn, signature, o, names), [o for o in EXPORT_OPSETS if o >= ge_opset()])
+    source.ge_opset_note = note
+    return with_data(model, external), opset
 
 
 def _convert_raw(eo, fn, signature, opset, names):
@@ -121,7 +111,7 @@ def _convert_raw(eo, fn, signature, opset, names):
     try:
         return eo.convert_raw(fn, signature, opset=opset, output_names=names, large=True)
     except ExportError as e:
-        if "tf2onnx failed" not in str(e):
+        if isinstance(e, eo.OpsetTooLow) or "tf2onnx failed" not in str(e):
             raise
         # A tf2onnx optimizer pass failed (its einsum pass below opset 13, on BERT): tf2onnx
         # skips a failed pass, but not on the large-model road
