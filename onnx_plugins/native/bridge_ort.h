@@ -12,9 +12,10 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
-#include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "kernels/op_failure.h"  // OpFailure, dims
 
 namespace bridge {
 
@@ -28,15 +29,6 @@ struct AttrDef {
   const char* type;  // float, int, list(float), list(int)
   const char* def;
 };
-
-// A failure the user caused: the message names the op, the argument and the
-// shapes, in the same words as the Python specs' OpError.
-struct OpFailure : std::runtime_error {
-  OpFailure(const std::string& op, const std::string& arg, const std::string& msg)
-      : std::runtime_error(op + ": argument '" + arg + "': " + msg) {}
-};
-
-std::string dims(const std::vector<int64_t>& shape);
 
 class Attrs {
  public:

@@ -41,12 +41,6 @@ static void throw_on(OrtStatus* status) {
   throw std::runtime_error(msg);
 }
 
-std::string dims(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
 // -- attributes ---------------------------------------------------------------
 const AttrDef& Attrs::def(const char* name) const {
   for (const auto& d : defs_)

@@ -25,23 +25,15 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "flexbuffer.h"
+#include "kernels/op_failure.h"  // OpFailure, dims
 #include "litert_c_api.h"
 
 namespace bridge {
 namespace litert {
-
-// Bad input or attributes: "Op: argument 'arg': message", as bridge.ops.OpError.
-struct OpFailure : std::runtime_error {
-  OpFailure(const std::string& op, const std::string& arg, const std::string& msg)
-      : std::runtime_error(op + ": argument '" + arg + "': " + msg) {}
-};
-
-std::string dims(const std::vector<int64_t>& shape);
 
 // A node's attributes, read by name with the type the op declares.
 class Attrs {

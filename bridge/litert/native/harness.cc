@@ -167,7 +167,7 @@ BRIDGE_EXPORT int bridge_litert_run(void* handle, const void* const* data, const
     at += ranks[k];
     for (int64_t d : shape)
       if (d <= 0) {
-        say("input " + h->names[0][k] + ": shape " + bridge::litert::dims(shape) +
+        say("input " + h->names[0][k] + ": shape " + bridge::dims(shape) +
                 " has an empty dimension, which LiteRT's CompiledModel does not take (ResizeInputTensor: "
                 "dimensions must be positive)",
             err, err_size);
@@ -176,7 +176,7 @@ BRIDGE_EXPORT int bridge_litert_run(void* handle, const void* const* data, const
     if (shape != h->input_shapes[k]) {
       std::vector<int> d(shape.begin(), shape.end());
       if ((s = LiteRtCompiledModelResizeInputTensor(h->compiled, 0, k, d.data(), d.size())) != kBridgeLiteRtOk) {
-        say(why(h, "resizing input " + h->names[0][k] + " to " + bridge::litert::dims(shape), s), err, err_size);
+        say(why(h, "resizing input " + h->names[0][k] + " to " + bridge::dims(shape), s), err, err_size);
         return 1;
       }
       h->input_shapes[k] = shape;

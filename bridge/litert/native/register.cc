@@ -15,12 +15,6 @@
 namespace bridge {
 namespace litert {
 
-std::string dims(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t k = 0; k < shape.size(); ++k) s += (k ? "," : "") + std::to_string(shape[k]);
-  return s + "]";
-}
-
 int64_t View::size() const {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
