@@ -2,7 +2,8 @@
 
 Each column is answered by the layer that owns it, through that layer's
 `backend_status(spec) -> {column: cell}`; a layer that cannot be imported here
-fills its columns with the reason. A cell is "yes", or a short reason why not.
+fills its columns with the reason. A cell is "yes" (or "yes (where from)", e.g.
+a team's own library), or a short reason why not.
 """
 from __future__ import annotations
 
@@ -53,6 +54,10 @@ def table() -> Dict[str, Dict[str, str]]:
     return out
 
 
+def is_yes(cell: str) -> bool:
+    return cell == "yes" or cell.startswith("yes (")
+
+
 def holes(t: Dict[str, Dict[str, str]]) -> List[str]:
     """Columns where one of bridge's own ops has the backend and another lacks it,
     and columns that none of them has (outside ON_REQUEST). A team's op shows
@@ -60,7 +65,7 @@ def holes(t: Dict[str, Dict[str, str]]) -> List[str]:
     t = {op: row for op, row in t.items() if op not in ops.SPECS or ops.is_builtin(ops.SPECS[op])}
     problems = []
     for key in COLUMNS:
-        have = {op for op, row in t.items() if row[key] == "yes"}
+        have = {op for op, row in t.items() if is_yes(row[key])}
         if have and have != set(t):
             problems.append(f"{COLUMNS[key][0]}: {sorted(have)} have it, {sorted(set(t) - have)} do not")
         elif t and not have and key not in ON_REQUEST:

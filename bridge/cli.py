@@ -47,6 +47,9 @@ def _add_team_op_arguments(sp) -> None:
     g.add_argument("--op-library", action="append", default=[], metavar="LIB",
                    help="its TensorFlow kernel library (.so, or its CMake folder, built here), loaded before "
                         "the model; repeatable")
+    g.add_argument("--ort-library", action="append", default=[], metavar="LIB",
+                   help="its onnxruntime kernel library (.so, or its CMake folder, built here), registered in "
+                        "every onnxruntime session that runs its op's kernel; repeatable")
 
 
 def _load_team_ops(args, tensorflow_loaded: bool) -> None:
@@ -56,6 +59,13 @@ def _load_team_ops(args, tensorflow_loaded: bool) -> None:
         ops.load_entry_points()
         for path in getattr(args, "op_spec", None) or ():
             ops.load_spec_file(path)
+        if getattr(args, "ort_library", None):
+            from bridge.onnx_plugins import team_libraries
+            for path in args.ort_library:
+                try:
+                    team_libraries.add(path)
+                except team_libraries.OrtLibraryError as e:
+                    raise UsageError(str(e)) from None
         return
     from bridge import tf_ops
     from bridge.tf_ops.team_ops import TeamOpError

@@ -30,7 +30,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional
+from typing import Dict, Iterable, List, Optional, Tuple
 
 from bridge import cpu_flags
 
@@ -334,25 +334,69 @@ def op_library_build(folder, portable: Optional[bool] = None) -> Build:
     `bridge build DIR`), built like bridge's own: against the installed
     TensorFlow's flags, cached per TensorFlow version, compiler and CPU. The
     library is the folder's first `add_library(NAME SHARED ...)`."""
-    import re
     import tensorflow as tf
-    folder = Path(folder).expanduser().resolve()
-    cmake_file = folder / "CMakeLists.txt"
-    if not cmake_file.is_file():
-        raise BuildError(f"{folder} has no CMakeLists.txt (give the op library's .so, or its CMake folder)")
-    m = re.search(r"add_library\(\s*([A-Za-z0-9_\-]+)\s+SHARED", cmake_file.read_text(errors="replace"))
-    if not m:
-        raise BuildError(f"{cmake_file} has no add_library(NAME SHARED ...): bridge builds the shared library "
-                         f"it names")
+    folder, name = _team_folder(folder)
     options = {
         "TF_COMPILE_FLAGS": ";".join(tf.sysconfig.get_compile_flags()),
         "TF_LINK_FLAGS": ";".join(tf.sysconfig.get_link_flags()),
         "TF_LIB_DIR": tf.sysconfig.get_lib(),
     }
-    b = Build(name=f"oplib-{m.group(1)}", source_dir=folder, binds_to=f"tf{tf.__version__}",
-              target_file=f"lib{m.group(1)}.so", options=options, target=str(folder),
-              describe=f"the op library {m.group(1)} ({folder}) for TensorFlow {tf.__version__}",
+    b = Build(name=f"oplib-{name}", source_dir=folder, binds_to=f"tf{tf.__version__}",
+              target_file=f"lib{name}.so", options=options, target=str(folder),
+              describe=f"the op library {name} ({folder}) for TensorFlow {tf.__version__}",
               probe_source=TF_PROBE, probe_flags=list(tf.sysconfig.get_compile_flags()))
+    if portable is not None:
+        b.portable = portable
+    return b
+
+
+def _team_folder(folder) -> Tuple[Path, str]:
+    """(the folder, the name of its first `add_library(NAME SHARED ...)`)."""
+    import re
+    folder = Path(folder).expanduser().resolve()
+    cmake_file = folder / "CMakeLists.txt"
+    if not cmake_file.is_file():
+        raise BuildError(f"{folder} has no CMakeLists.txt (give the library's .so, or its CMake folder)")
+    m = re.search(r"add_library\(\s*([A-Za-z0-9_\-]+)\s+SHARED", cmake_file.read_text(errors="replace"))
+    if not m:
+        raise BuildError(f"{cmake_file} has no add_library(NAME SHARED ...): bridge builds the shared library "
+                         f"it names")
+    return folder, m.group(1)
+
+
+def is_ort_folder(folder) -> bool:
+    """Whether a team's CMake folder builds an onnxruntime library (it asks for
+    ORT_INCLUDE_DIR) rather than a TensorFlow one."""
+    cmake_file = Path(folder).expanduser() / "CMakeLists.txt"
+    return cmake_file.is_file() and "ORT_INCLUDE_DIR" in cmake_file.read_text(errors="replace")
+
+
+def team_library_build(folder, portable: Optional[bool] = None) -> "Build":
+    """`bridge build DIR`: a team's onnxruntime or TensorFlow library, by what its CMake file asks for."""
+    return (ort_library_build if is_ort_folder(folder) else op_library_build)(folder, portable=portable)
+
+
+def ort_library_build(folder, portable: Optional[bool] = None) -> "Build":
+    """A team's onnxruntime custom-op library from its CMake folder
+    (`--ort-library DIR`, `bridge build DIR`), built like bridge's own
+    (ort_build): against onnxruntime's C headers (ORT_INCLUDE_DIR), with the
+    CPU target of tf_ops/cpu/native.cmake (BRIDGE_CPU_CMAKE), cached per API
+    version, compiler and CPU."""
+    from bridge.onnx_plugins import ort_headers
+    folder, name = _team_folder(folder)
+    include = ort_headers.find(cache_root())
+    if include is None:
+        try:
+            include = ort_headers.fetch(cache_root())
+        except ort_headers.HeaderError as e:
+            raise BuildError(str(e)) from e
+    cpu_cmake = _package_dir("bridge.tf_ops") / "cpu" / "native.cmake"
+    version = ort_headers.api_version(include)
+    b = Build(name=f"ortlib-{name}", source_dir=folder, binds_to=f"ort{version}", target_file=f"lib{name}.so",
+              options={"ORT_INCLUDE_DIR": str(include), "BRIDGE_CPU_CMAKE": str(cpu_cmake)}, target=str(folder),
+              extra_sources=[include / ort_headers.MAIN_HEADER, cpu_cmake],
+              describe=f"the onnxruntime library {name} ({folder}) for onnxruntime API {version}",
+              probe_source=ORT_PROBE, probe_flags=[f"-I{include}"])
     if portable is not None:
         b.portable = portable
     return b

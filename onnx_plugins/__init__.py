@@ -9,7 +9,8 @@
 
 Each op lives in two files here: `<op>.py` (function body and reference kernel;
 its schema and shape inference are generated from the spec) and
-`native/<op>.cc` (its onnxruntime CPU kernel).
+`native/<op>.cc` (its onnxruntime CPU kernel). A team's op brings its kernel in
+its own library (`--ort-library`, team_libraries.py).
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Union
 
 from bridge import ops as _specs
 
-from . import schemas
+from . import schemas, team_libraries
 from .functions import (MAX_OPSET, MIN_FUNCTION_OPSET, MIN_INLINE_OPSET, default_opset, add_functions,
                         function_proto, inline_custom_ops, op_module)
 
@@ -37,7 +38,8 @@ SPINNING_KEY = "session.intra_op.allow_spinning"
 # kernel) or "function" (the function body, inlined and optimised by onnxruntime),
 # as each op's module here says (`FASTEST`, and `FASTEST_WITHOUT_ONEDNN` where the
 # native kernel is slower without oneDNN), chosen on whole models
-# (benchmarks/onnx_models.py). An op without a module (a team's op) runs its function.
+# (benchmarks/onnx_models.py). A team's op runs its own library's kernel
+# (--ort-library) where one serves it, else its function.
 FASTEST = {s.name: getattr(op_module(s), "FASTEST", "function") for s in _specs.all_specs() if _specs.is_builtin(s)}
 FASTEST_WITHOUT_ONEDNN = {s.name: op_module(s).FASTEST_WITHOUT_ONEDNN for s in _specs.all_specs()
                           if _specs.is_builtin(s) and hasattr(op_module(s), "FASTEST_WITHOUT_ONEDNN")}
@@ -94,6 +96,8 @@ def library_has_onednn(path: Optional[Path] = None) -> bool:
 
 def _fastest(op: str) -> str:
     from bridge.native import BuildError
+    if team_libraries.library_for(op):
+        return "native"
     road = FASTEST.get(op, "function")
     if op in FASTEST_WITHOUT_ONEDNN:
         try:
@@ -108,8 +112,8 @@ def _fastest(op: str) -> str:
 def native_ops(kernels: Union[str, Iterable[str]] = "fastest") -> List[str]:
     """The op types whose native kernel a session with `kernels` uses."""
     if isinstance(kernels, str):
-        if kernels == "all":  # every op bridge's kernel library has (a team's ops run their bodies)
-            return [s.name for s in _specs.all_specs() if _specs.is_builtin(s)]
+        if kernels == "all":  # every op a kernel library serves: bridge's, or a team's (--ort-library)
+            return [s.name for s in _specs.all_specs() if _specs.is_builtin(s) or team_libraries.library_for(s.name)]
         if kernels == "none":
             return []
         if kernels == "fastest":
@@ -118,10 +122,14 @@ def native_ops(kernels: Union[str, Iterable[str]] = "fastest") -> List[str]:
     names = []
     for k in kernels:
         try:
-            names.append(_specs.get(k).name)
+            spec = _specs.get(k)
         except KeyError:
             raise ValueError(f"kernels: unknown op {k!r}; use 'fastest', 'all', 'none' or op types from "
                              f"{sorted(_specs.SPECS)}") from None
+        if not _specs.is_builtin(spec) and not team_libraries.library_for(spec.name):
+            raise ValueError(f"kernels: {spec.name} has no onnxruntime kernel library "
+                             f"(give it with {team_libraries.FLAG})")
+        names.append(spec.name)
     return names
 
 
@@ -171,10 +179,15 @@ def session(model_or_path, *, kernels: Union[str, Sequence[str]] = "fastest", th
     if "YoloConvBnLeaky" in names and not _has_config(so, SPINNING_KEY) and library_has_onednn():
         # oneDNN's OpenMP threads and onnxruntime's spinning ones would share the cores
         so.add_session_config_entry(SPINNING_KEY, "0")
-    if names:
+    own = [n for n in names if _specs.is_builtin(_specs.get(n))]
+    if own:
         # The library reads this entry while it registers, so it goes first.
-        so.add_session_config_entry(CONFIG_KEY, ",".join(names))
+        so.add_session_config_entry(CONFIG_KEY, ",".join(own))
         so.register_custom_ops_library(str(ort_library_path()))
+    # A team's library only where its op's kernel is asked for: registered, its
+    # kernel would take the node's place even where the function body was meant.
+    for library in dict.fromkeys(team_libraries.library_for(n)[0] for n in names if n not in own):
+        so.register_custom_ops_library(str(library))
     return ort.InferenceSession(source, sess_options=so, providers=providers or ["CPUExecutionProvider"], **kw)
 
 
@@ -205,12 +218,20 @@ def backend_status(spec) -> Dict[str, str]:
         out["onnx_function"] = "yes"
     except Exception as e:  # the cell says why
         out["onnx_function"] = f"no: {e}"
+    team = team_libraries.library_for(spec.name)
+    if team is not None:
+        library, dtypes = team
+        only = "" if set(dtypes) == set(spec.dtypes) else f"; {', '.join(dtypes)} only"
+        out["ort_kernel"] = f"yes ({library.name}{only})"
+        return out
     try:
         path = ort_library_path(build=False)
         if path is None:
             out["ort_kernel"] = "not built (bridge build ort)"
         else:
-            out["ort_kernel"] = "yes" if spec.name in library_ops(path) else "not in the library"
+            out["ort_kernel"] = "yes" if spec.name in library_ops(path) else (
+                "not in the library" if _specs.is_builtin(spec) else
+                f"not in the library (a team's own: {team_libraries.FLAG} LIB)")
     except Exception as e:
         out["ort_kernel"] = f"no: {e}"
     return out

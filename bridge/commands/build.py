@@ -51,8 +51,8 @@ def run(args) -> int:
                 b = native.cuda_emulator_build()
             elif target == "tflite":
                 b = native.litert_build(portable=portable)
-            else:  # a team's op library: its CMake folder
-                b = native.op_library_build(target, portable=portable)
+            else:  # a team's TensorFlow or onnxruntime library: its CMake folder
+                b = native.team_library_build(target, portable=portable)
             lib = b.library(force=args.force)
             info = native.read_build_info(lib)
             records.append({"target": target, "library": str(lib), **info})

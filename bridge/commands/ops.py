@@ -23,7 +23,7 @@ def run(args) -> int:
     rows, colours = [], []
     for op, row in t.items():
         rows.append([op] + [row[k] for k in keys])
-        colours.append([None] + ["green" if row[k] == "yes" else "yellow" for k in keys])
+        colours.append([None] + ["green" if backends.is_yes(row[k]) else "yellow" for k in keys])
     print(render(["op"] + [backends.COLUMNS[k][0] for k in keys], rows, colours, align="l" * (len(keys) + 1)))
     for hole in backends.holes(t):
         print(f"hole: {hole}")
