@@ -9,42 +9,20 @@ bridge's own ops); the kernel's numbers are checked here on plain onnxruntime.""
 from __future__ import annotations
 
 import json
-import math
-import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from bridge import native
+from test_team_ops import EXAMPLE, SPEC_FILE, _bridge, _gelu, savedmodel  # noqa: F401 (a fixture)
+from test_team_ops import _spec_in_a_scratch_registry as _spec
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "custom_op"
-SPEC_FILE = EXAMPLE / "fused_bias_gelu.py"
 ORT_FOLDER = EXAMPLE / "ort"
 # x shapes: odd, size 1, rank 1..4, empty batch, empty channel axis
 SHAPES = [(7,), (1,), (1, 1), (3, 33), (2, 5, 17), (2, 1, 1, 9), (0, 4), (4, 0), (3, 0, 5)]
-
-
-def _bridge(*args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "bridge", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
-
-
-def _spec():
-    """The example's spec, loaded without registering it in this process."""
-    import importlib.util
-    m = importlib.util.spec_from_file_location("scratch_fused_bias_gelu_ort", SPEC_FILE)
-    module = importlib.util.module_from_spec(m)
-    m.loader.exec_module(module)
-    return module.SPEC
-
-
-def _gelu64(x, bias):
-    z = x.astype(np.float64) + bias.astype(np.float64)
-    return 0.5 * z * (1.0 + np.vectorize(math.erf, otypes=[np.float64])(z / math.sqrt(2.0)))
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +62,7 @@ def _worst_excess(lib) -> float:
             (y,) = sess.run(None, {"x": x, "bias": bias})
             assert y.shape == x.shape and y.dtype == x.dtype, (shape, dtype, y.shape, y.dtype)
             # the reference on the inputs as the kernel sees them; float16 rounds z = x + bias once more
-            worst = max(worst, spec.tolerance[dtype].excess(y, _gelu64(x, bias)))
+            worst = max(worst, spec.tolerance[dtype].excess(y, _gelu(x.astype(np.float64) + bias)))
     return worst
 
 
@@ -170,15 +148,6 @@ def test_sessions_run_the_team_kernel_where_asked_and_the_body_elsewhere(library
     served, counts = (json.loads(line) for line in done.stdout.strip().splitlines()[-2:])
     assert served == {"served": ["FusedBiasGelu"]}
     assert counts == {"all": 1, "fastest": 1, "none": 0, "['FusedBiasGelu']": 1}, counts
-
-
-@pytest.fixture(scope="module")
-def savedmodel(tmp_path_factory):
-    out = tmp_path_factory.mktemp("team_ort") / "mlp_gelu"
-    done = subprocess.run([sys.executable, str(EXAMPLE / "make_model.py"), str(out)], capture_output=True, text=True,
-                          timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return out
 
 
 def _parity_ort(savedmodel, ort_library, report):
