@@ -1,6 +1,9 @@
 """The native build cache: failures name their cause and the command that fixes them."""
 from __future__ import annotations
 
+import re
+import subprocess
+
 import pytest
 
 from bridge import native
@@ -72,3 +75,24 @@ def test_missing_cuda_headers_name_the_fix(monkeypatch, tmp_path):
     with pytest.raises(native.BuildError, match=r"the CUDA headers \(cuda_runtime.h, cuda_fp16.h\) were not found\. "
                                                 r"Fix: install the CUDA toolkit"):
         native.cuda_emulator_build()
+
+
+def test_the_kernel_cores_come_from_one_cmake_function(tmp_path, monkeypatch):
+    """bridge_use_kernels (tf_ops/cpu/native.cmake) puts bridge/kernels on a
+    library's include path, found beside native.cmake by default; a wrong
+    BRIDGE_KERNELS_DIR stops the configure step naming it. The three libraries
+    take the cores that way, none by a path of its own."""
+    cmake = native._package_dir("bridge.tf_ops") / "cpu" / "native.cmake"
+    src, b = _project(tmp_path, monkeypatch, "cores", '#include "kernels/op_failure.h"\n'
+                      'extern "C" int width() { return static_cast<int>(bridge::dims({2, 3}).size()); }\n')
+    lists = src / "CMakeLists.txt"
+    lists.write_text(lists.read_text() + f"include({cmake.as_posix()})\nbridge_use_kernels(cores)\n")
+    assert b.library(quiet=True).exists()
+    configure = subprocess.run([native.cmake_exe(), "-S", str(src), "-B", str(tmp_path / "wrong"),
+                                f"-DCMAKE_CXX_COMPILER={native.cxx_compiler()}", f"-DBRIDGE_KERNELS_DIR={tmp_path}"],
+                               capture_output=True, text=True, timeout=120)
+    assert configure.returncode != 0
+    assert re.search(r"BRIDGE_KERNELS_DIR=\S+\s+is not bridge/kernels", configure.stderr), configure.stderr
+    for package, folder in (("bridge.tf_ops", ""), ("bridge.onnx_plugins", "native"), ("bridge.litert", "native")):
+        text = (native._package_dir(package) / folder / "CMakeLists.txt").read_text()
+        assert "bridge_use_kernels(" in text and "BRIDGE_KERNELS_DIR" not in text, package

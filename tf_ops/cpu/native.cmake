@@ -1,5 +1,23 @@
-# CMake pieces both native libraries share (tf_ops/CMakeLists.txt and
-# onnx_plugins/native/CMakeLists.txt): the CPU target and the oneDNN link.
+# CMake pieces the native libraries share (tf_ops/CMakeLists.txt,
+# onnx_plugins/native/CMakeLists.txt, bridge/litert/native/CMakeLists.txt): the
+# framework-free kernel cores, the CPU target and the oneDNN link.
+
+# BRIDGE_KERNELS_DIR: the framework-free kernel cores (bridge/kernels), included
+# as "kernels/<name>.h". bridge/native.py passes it; the default is the one
+# beside this file, in a checkout (tf_ops/) or an install (bridge/tf_ops/).
+if(EXISTS "${CMAKE_CURRENT_LIST_DIR}/../../bridge/kernels")
+  set(_bridge_kernels "${CMAKE_CURRENT_LIST_DIR}/../../bridge/kernels")
+else()
+  set(_bridge_kernels "${CMAKE_CURRENT_LIST_DIR}/../../kernels")
+endif()
+set(BRIDGE_KERNELS_DIR "${_bridge_kernels}" CACHE PATH "the bridge/kernels folder")
+function(bridge_use_kernels target)
+  if(NOT EXISTS "${BRIDGE_KERNELS_DIR}/op_failure.h")
+    message(FATAL_ERROR "BRIDGE_KERNELS_DIR=${BRIDGE_KERNELS_DIR} is not bridge/kernels (it has no op_failure.h)")
+  endif()
+  get_filename_component(parent "${BRIDGE_KERNELS_DIR}" DIRECTORY)
+  target_include_directories(${target} PRIVATE ${parent})
+endfunction()
 
 # BRIDGE_CPU_FLAGS: the instruction-set flags bridge/cpu_flags.py chose by what
 # compiles on this CPU (-march=native, less any feature the headers refuse; empty
