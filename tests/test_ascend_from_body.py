@@ -140,3 +140,25 @@ def test_ge_expansion_matches_the_reference_on_the_specs_case_table(name, row, o
     ref = spec.reference_onnx(*xs, **ex.onnx_attrs)
     for out, g, r in zip(spec.outputs, got, ref if isinstance(ref, tuple) else (ref,)):
         assert spec.tolerance["float32"].excess(g, r) <= 1, (name, row, out.name, opset)
+
+
+def _explicit_norm(b, x, gamma, beta, *, outputs):
+    """FusedLayerNorm spelled out with the other Body helpers (unsqueeze, a fresh
+    name, a float32 attribute cast like x, the opset-18 ReduceMean)."""
+    m = b.reduce_mean(x, [-1])
+    d = b.op("Sub", x, m)
+    var = b.op("ReduceMean", b.op("Pow", d, b.const(2.0, "float32")), axes=[-1], keepdims=1)
+    std = b.op("Sqrt", b.op("Add", var, b.like(b.attr_const("epsilon"), x)))
+    scaled = b.op("Mul", b.op("Div", d, std), b.unsqueeze(gamma, [0]), out=b.fresh("scaled"))
+    b.op("Add", scaled, beta, out=outputs[0])
+
+
+@pytest.mark.parametrize("opset", [11, 13, 18])
+def test_a_body_with_every_helper_maps_and_matches(opset, rng, fresh_decompositions, monkeypatch):
+    spec = replace(ops.get("FusedLayerNorm"), body=_explicit_norm)
+    monkeypatch.setitem(ops.SPECS, spec.name, spec)
+    kinds = [k for _, k in builtin.decomposition(spec.name).step_ids()]
+    assert kinds.count("ReduceMean") == 2 and "Unsqueeze" in kinds and "Cast" not in kinds
+    assert "b.Make(\"s" in package_files()[plugin_file(spec)]
+    for case in range(len(CASES[spec.name])):
+        assert _excess(spec.name, case, rng, opset=opset) <= 1, case

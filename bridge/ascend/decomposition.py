@@ -180,6 +180,7 @@ KINDS = {
     "Cast": (1, ("to",)),
     "Concat": (None, ("axis",)),
     "Reshape": (2, ()),
+    "Unsqueeze": (1, ("axes",)),
     "Split": (1, ("sizes", "axis")),
 }
 

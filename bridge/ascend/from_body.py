@@ -46,6 +46,7 @@ ONNX_TO_GE: Dict[str, Mapping] = {
                     {"strides": (1, 1), "pads": (0, 0, 0, 0), "dilations": (1, 1)}),
     "LayerNormalization": Mapping("LayerNorm", {"epsilon": "epsilon"}, {"epsilon": 1e-5}, {"axis": -1}),
     "ReduceMean": Mapping("ReduceMean", {"axes": "axes", "keepdims": "keepdims"}, {"keepdims": 1}),
+    "Unsqueeze": Mapping("Unsqueeze", {"axes": "axes"}),
     "Gather": Mapping("Gather", {"axis": "axis"}, {"axis": 0}),
     "Concat": Mapping("Concat", {"axis": "axis"}),
 }
@@ -157,6 +158,10 @@ class GeBody:
     def reduce_mean(self, x: str, axes: Sequence[int], keepdims: int = 1) -> str:
         value = self.g.op("ReduceMean", self._value(x), axes=tuple(int(a) for a in axes), keepdims=int(keepdims))
         return self._put(None, "reducemean", value, self.types[x])
+
+    def unsqueeze(self, x: str, axes: Sequence[int]) -> str:
+        value = self.g.op("Unsqueeze", self._value(x), axes=tuple(int(a) for a in axes))
+        return self._put(None, "unsqueeze", value, self.types[x])
 
     def size_of(self, name: str) -> str:
         """An int attribute as a [1] int64 tensor that `split` also takes as a size."""

@@ -44,6 +44,7 @@ GE_OPS = {
     "Cast": ("Cast", ("x",)),
     "Concat": ("ConcatV2", ()),
     "Reshape": ("Reshape", ("x", "shape")),
+    "Unsqueeze": ("Unsqueeze", ("x",)),
     "Split": ("SplitV", ("x",)),
 }
 
@@ -195,6 +196,8 @@ def _step_cpp(step: Step, ops: Dict[str, str]) -> List[str]:
         axes_const = aux_const("axes", _lit_vec(axes, "int64"), f"std::vector<int64_t>{{{len(axes)}}}", "int64")
         out.append(f'  {var}.SetInput("axes", {axes_const}, 0U);')
         out.append(f'  {var}.SetAttr("keep_dims", {"true" if int(p["keepdims"]) else "false"});')
+    elif k == "Unsqueeze":
+        out.append(f'  {var}.SetAttr("axes", {_lit_vec(p["axes"], "int64")});')
     elif k == "Shape":
         out.append(f'  {var}.SetAttr("dtype", static_cast<int64_t>(ge::DT_INT64));')
     elif k == "Gather":

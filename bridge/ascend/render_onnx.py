@@ -67,6 +67,12 @@ def _emit(step: Step, ins, outs, base, attrs, opset, nodes, inits):
     if k in ("Add", "Sub", "Mul", "Div", "Sqrt", "Sigmoid", "Exp", "Shape", "Range", "Reshape", "Erf", "Tanh", "Relu",
              "Neg", "Abs", "Pow", "Slice"):
         node(k, ins, outs)
+    elif k == "Unsqueeze":
+        axes = [int(a) for a in p["axes"]]
+        if opset >= 13:  # axes became an input in opset 13
+            node("Unsqueeze", [ins[0], const(":axes", np.asarray(axes, np.int64))], outs)
+        else:
+            node("Unsqueeze", ins, outs, axes=axes)
     elif k == "ReduceMean":
         mean(ins[0], outs[0], "", [int(a) for a in p["axes"]], int(p["keepdims"]))
     elif k == "LeakyRelu":
