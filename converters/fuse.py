@@ -96,7 +96,7 @@ class _Hook:
         try:
             module = importlib.import_module(pattern.hook)
         except ImportError as e:
-            raise SpecError(ORIGINS.get(spec.name, "?"), f"fusion.{pattern.key}.hook",
+            raise SpecError(ORIGINS.get(spec.name, "?"), f"fusion[{spec.fusion.index(pattern)}].hook",
                             f"cannot import {pattern.hook!r}: {e}", spec.name) from None
         self.match = module.match
         self.is_sublayer = getattr(module, "is_sublayer", lambda layer: False)

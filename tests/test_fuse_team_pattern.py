@@ -77,15 +77,16 @@ FUSE = MODEL + f"""
 from bridge import ops
 ops.load_spec_file({str(SPEC_FILE)!r})
 from bridge import models, tf_ops
-tf_ops.load_op_library({str(EXAMPLE)!r})
 from bridge.converters import fuse
+unloaded = fuse(mlp(approx=False))[1].to_dict()  # the spec without its kernel library
+tf_ops.load_op_library({str(EXAMPLE)!r})
 m = mlp(approx=True)
 f, report = fuse(m)
 rng = np.random.default_rng(3)
 xs = [rng.standard_normal(s).astype("float32") * 2 for s in [(2, 5, 32), (1, 1, 32), (3, 7, 32), (0, 4, 32)]]
 f.save(sys.argv[1])
 back = models.load(sys.argv[1])
-out = dict(report=report.to_dict(), weights={{k: v.tolist() for k, v in weights(m).items()}},
+out = dict(report=report.to_dict(), unloaded=unloaded, weights={{k: v.tolist() for k, v in weights(m).items()}},
            xs=[x.tolist() for x in xs], shapes=[list(x.shape) for x in xs],
            fused=[np.asarray(f(x)).tolist() for x in xs], keras=[np.asarray(m(x)).tolist() for x in xs],
            reloaded=[np.asarray(back(x)).tolist() for x in xs],
@@ -131,6 +132,14 @@ def test_near_misses_are_named(fused):
     assert "approximate (tanh) GELU; FusedBiasGelu is the exact erf GELU" in got[("approx",)]
     assert "no bias" in got[("no_bias",)]
     assert "activation 'relu' before the GELU" in got[("relu", "relu_gelu")]
+
+
+def test_without_its_library_the_layers_stay_and_the_report_says_why(fused):
+    report = fused["unloaded"]
+    assert not report["blocks"]
+    reasons = [s["reason"] for p in ("dense_gelu", "dense_then_gelu") for s in report["patterns"][p]["skipped"]]
+    assert sum("FusedBiasGelu has no TensorFlow kernel loaded (give its library: --op-library" in r
+               for r in reasons) == 2, reasons
 
 
 def test_the_fused_mlp_computes_the_original(fused):
