@@ -19,6 +19,7 @@ on other machines; `BRIDGE_CPU_FLAGS="..."` forces exact flags.
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -125,18 +126,16 @@ class Build:
     probe_flags: List[str] = field(default_factory=list)  # compile flags the probe needs (include paths)
     target: str = ""               # what `bridge build` calls it, when not `name` (a team's folder)
 
+    @functools.cached_property
     def cpu(self) -> cpu_flags.CpuFlags:
-        """The CPU flags of this build (probed once per configuration, then cached)."""
-        if getattr(self, "_cpu", None) is None:
-            if self.portable:
-                choice = cpu_flags.CpuFlags([], "portable", reason="a portable build was asked for")
-            else:
-                choice = cpu_flags.forced() or cpu_flags.decide(
-                    cxx_compiler(), _compiler_id(cxx_compiler()), cpu_id(), self.probe_source, self.probe_flags,
-                    cache_root(), announce=lambda line: print(line, file=sys.stderr, flush=True),
-                    what=self.describe or self.name)
-            object.__setattr__(self, "_cpu", choice)
-        return self._cpu
+        """The CPU flags of this build, chosen on first use (cpu_flags.decide keeps
+        its probe per configuration on disk). `replace(build, ...)` chooses again."""
+        if self.portable:
+            return cpu_flags.CpuFlags([], "portable", reason="a portable build was asked for")
+        return cpu_flags.forced() or cpu_flags.decide(
+            cxx_compiler(), _compiler_id(cxx_compiler()), cpu_id(), self.probe_source, self.probe_flags,
+            cache_root(), announce=lambda line: print(line, file=sys.stderr, flush=True),
+            what=self.describe or self.name)
 
     def _sources(self):
         files = sorted(p for p in Path(self.source_dir).rglob("*")
@@ -150,7 +149,7 @@ class Build:
             h.update(p.read_bytes())
         h.update(json.dumps(sorted(self.options.items())).encode())
         h.update(_compiler_id(cxx_compiler()).encode())
-        flags = self.cpu().flags
+        flags = self.cpu.flags
         h.update(json.dumps(flags).encode())
         if any("native" in f for f in flags):
             h.update(cpu_id().encode())  # "native" means something else on another CPU
@@ -158,7 +157,7 @@ class Build:
         return h.hexdigest()[:16]
 
     def folder(self) -> Path:
-        return cache_root() / f"{self.name}-{self.binds_to}-{self.cpu().mode}-{self.key()}"
+        return cache_root() / f"{self.name}-{self.binds_to}-{self.cpu.mode}-{self.key()}"
 
     def _fallback_marker(self, final: Path) -> Path:
         return Path(str(final) + ".portable-fallback.json")
@@ -187,10 +186,10 @@ class Build:
                 self._build(final, quiet)
             return lib
         except BuildError as native_error:
-            if self.cpu().mode not in ("native", "reduced"):
+            if self.cpu.mode not in ("native", "reduced"):
                 raise
             what = self.describe or self.name
-            print(f"bridge: building {what} for this CPU ({' '.join(self.cpu().flags)}) failed; retrying "
+            print(f"bridge: building {what} for this CPU ({' '.join(self.cpu.flags)}) failed; retrying "
                   f"portable (the failed build's log: {final}.log). BRIDGE_PORTABLE=1 always builds portable; "
                   f"BRIDGE_CPU_FLAGS=\"...\" forces the CPU flags", file=sys.stderr, flush=True)
             fallback = replace(self, portable=True)
@@ -200,14 +199,14 @@ class Build:
                 raise BuildError(f"{portable_error}\n(the build for this CPU failed too: see {final}.log)") \
                     from native_error
             _write_json(marker, {"failed": str(final), "portable": str(fallback_lib.parent),
-                                 "cpu_flags": self.cpu().flags})
+                                 "cpu_flags": self.cpu.flags})
             return fallback_lib
 
     def _build(self, final: Path, quiet: bool) -> None:
         cmake = cmake_exe()
         cxx = cxx_compiler()
         what = self.describe or self.name
-        cpu = self.cpu()
+        cpu = self.cpu
         if not quiet:
             print(f"bridge: building {what} ({cpu_flags.describe(cpu)}) into {final} ...", file=sys.stderr,
                   flush=True)
@@ -320,13 +319,10 @@ def tf_ops_build(cuda: bool = False, portable: Optional[bool] = None) -> Build:
         options["BRIDGE_DNNL_ROOT"] = str(dnnl)
     kernels = _package_dir("bridge") / "kernels"  # the framework-free cores, shared with ort_build
     options["BRIDGE_KERNELS_DIR"] = str(kernels)
-    b = Build(name="tf_ops", source_dir=_package_dir("bridge.tf_ops"), binds_to=f"tf{tf.__version__}",
-              target_file="libbridge_tf_ops.so", options=options, extra_sources=sorted(kernels.glob("*.h")),
-              describe=f"the TensorFlow ops for TensorFlow {tf.__version__}",
-              probe_source=TF_PROBE, probe_flags=list(tf.sysconfig.get_compile_flags()))
-    if portable is not None:
-        b.portable = portable
-    return b
+    return Build(name="tf_ops", source_dir=_package_dir("bridge.tf_ops"), binds_to=f"tf{tf.__version__}",
+                 target_file="libbridge_tf_ops.so", options=options, extra_sources=sorted(kernels.glob("*.h")),
+                 describe=f"the TensorFlow ops for TensorFlow {tf.__version__}",
+                 probe_source=TF_PROBE, probe_flags=list(tf.sysconfig.get_compile_flags()), portable=portable)
 
 
 def op_library_build(folder, portable: Optional[bool] = None) -> Build:
@@ -341,13 +337,10 @@ def op_library_build(folder, portable: Optional[bool] = None) -> Build:
         "TF_LINK_FLAGS": ";".join(tf.sysconfig.get_link_flags()),
         "TF_LIB_DIR": tf.sysconfig.get_lib(),
     }
-    b = Build(name=f"oplib-{name}", source_dir=folder, binds_to=f"tf{tf.__version__}",
-              target_file=f"lib{name}.so", options=options, target=str(folder),
-              describe=f"the op library {name} ({folder}) for TensorFlow {tf.__version__}",
-              probe_source=TF_PROBE, probe_flags=list(tf.sysconfig.get_compile_flags()))
-    if portable is not None:
-        b.portable = portable
-    return b
+    return Build(name=f"oplib-{name}", source_dir=folder, binds_to=f"tf{tf.__version__}",
+                 target_file=f"lib{name}.so", options=options, target=str(folder),
+                 describe=f"the op library {name} ({folder}) for TensorFlow {tf.__version__}",
+                 probe_source=TF_PROBE, probe_flags=list(tf.sysconfig.get_compile_flags()), portable=portable)
 
 
 def _team_folder(folder) -> Tuple[Path, str]:
@@ -392,14 +385,11 @@ def ort_library_build(folder, portable: Optional[bool] = None) -> "Build":
             raise BuildError(str(e)) from e
     cpu_cmake = _package_dir("bridge.tf_ops") / "cpu" / "native.cmake"
     version = ort_headers.api_version(include)
-    b = Build(name=f"ortlib-{name}", source_dir=folder, binds_to=f"ort{version}", target_file=f"lib{name}.so",
-              options={"ORT_INCLUDE_DIR": str(include), "BRIDGE_CPU_CMAKE": str(cpu_cmake)}, target=str(folder),
-              extra_sources=[include / ort_headers.MAIN_HEADER, cpu_cmake],
-              describe=f"the onnxruntime library {name} ({folder}) for onnxruntime API {version}",
-              probe_source=ORT_PROBE, probe_flags=[f"-I{include}"])
-    if portable is not None:
-        b.portable = portable
-    return b
+    return Build(name=f"ortlib-{name}", source_dir=folder, binds_to=f"ort{version}", target_file=f"lib{name}.so",
+                 options={"ORT_INCLUDE_DIR": str(include), "BRIDGE_CPU_CMAKE": str(cpu_cmake)}, target=str(folder),
+                 extra_sources=[include / ort_headers.MAIN_HEADER, cpu_cmake],
+                 describe=f"the onnxruntime library {name} ({folder}) for onnxruntime API {version}",
+                 probe_source=ORT_PROBE, probe_flags=[f"-I{include}"], portable=portable)
 
 
 def onednn_root() -> Optional[Path]:
@@ -440,15 +430,13 @@ def ort_build(portable: Optional[bool] = None, fetch: bool = True) -> Optional[B
     dnnl = onednn_root()
     if dnnl:
         options["BRIDGE_DNNL_ROOT"] = str(dnnl)
-    b = Build(name="ort", source_dir=source, binds_to=f"ort{ort_headers.api_version(include)}",
-              target_file="libbridge_ort_ops.so", options=options,
-              extra_sources=[include / ort_headers.MAIN_HEADER, *sorted((tf_ops_dir / "cpu").glob("*")),
-                             *sorted(kernels.glob("*.h"))],
-              describe="the onnxruntime kernels", probe_source=ORT_PROBE,
-              probe_flags=[f"-I{include}"] + ([f"-I{dnnl / 'include'}", "-DBRIDGE_HAVE_DNNL=1"] if dnnl else []))
-    if portable is not None:
-        b.portable = portable
-    return b
+    return Build(name="ort", source_dir=source, binds_to=f"ort{ort_headers.api_version(include)}",
+                 target_file="libbridge_ort_ops.so", options=options,
+                 extra_sources=[include / ort_headers.MAIN_HEADER, *sorted((tf_ops_dir / "cpu").glob("*")),
+                                *sorted(kernels.glob("*.h"))],
+                 describe="the onnxruntime kernels", probe_source=ORT_PROBE,
+                 probe_flags=[f"-I{include}"] + ([f"-I{dnnl / 'include'}", "-DBRIDGE_HAVE_DNNL=1"] if dnnl else []),
+                 portable=portable)
 
 
 # ai-edge-litert versions the LiteRT kernels were checked against; another one
@@ -525,13 +513,10 @@ def litert_build(portable: Optional[bool] = None) -> Build:
         options["BRIDGE_DNNL_ROOT"] = str(dnnl)
     probe = "#if defined(__x86_64__)\n#include <immintrin.h>\n#endif\n" + \
             ("#include <oneapi/dnnl/dnnl.hpp>\n" if dnnl else "") + "int probe() { return 0; }\n"
-    b = Build(name="tflite", source_dir=source, binds_to=f"litert{version}", target_file="libbridge_litert_ops.so",
-              options=options, extra_sources=[*sorted(kernels.glob("*.h")), tf_ops_dir / "cpu" / "native.cmake"],
-              describe=f"the LiteRT kernels for ai-edge-litert {version}", probe_source=probe,
-              probe_flags=[f"-I{dnnl / 'include'}"] if dnnl else [])
-    if portable is not None:
-        b.portable = portable
-    return b
+    return Build(name="tflite", source_dir=source, binds_to=f"litert{version}", target_file="libbridge_litert_ops.so",
+                 options=options, extra_sources=[*sorted(kernels.glob("*.h")), tf_ops_dir / "cpu" / "native.cmake"],
+                 describe=f"the LiteRT kernels for ai-edge-litert {version}", probe_source=probe,
+                 probe_flags=[f"-I{dnnl / 'include'}"] if dnnl else [], portable=portable)
 
 # -- CUDA ---------------------------------------------------------------------
 

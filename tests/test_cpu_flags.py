@@ -157,6 +157,20 @@ def test_the_probe_result_is_cached(tmp_path, monkeypatch):
     assert len(calls) == n  # no second probe
 
 
+def test_a_build_chooses_its_flags_once_and_a_replaced_one_again(tmp_path, monkeypatch):
+    """Build.cpu is chosen on first use and kept (the cache key, the folder and the
+    build record all read it); `replace(build, portable=True)` chooses afresh."""
+    from dataclasses import replace
+    b = _project(tmp_path, monkeypatch)
+    chosen = []
+    monkeypatch.setattr(cpu_flags, "decide", lambda *a, **k: chosen.append(a) or cpu_flags.CpuFlags(["-O2"], "native"))
+    assert b.folder() == b.folder() and b.key() and b.cpu.flags == ["-O2"]
+    assert len(chosen) == 1
+    portable = replace(b, portable=True)
+    assert portable.cpu.mode == "portable" and portable.cpu.flags == [] and len(chosen) == 1
+    assert b.cpu.mode == "native"  # the original keeps its own choice
+
+
 # -- the CLI ------------------------------------------------------------------------
 
 def test_a_build_error_wrapped_by_keras_is_found():
