@@ -1,7 +1,9 @@
 """benchmarks/zoo.py: its --quick subset end to end (every road of every model
 passes, plain tf2onnx measured beside it), and the pieces that make its numbers
 mean something: BatchNorm statistics calibrated on the generated inputs
-(against numpy), and the plain tf2onnx run without bridge's handlers."""
+(against numpy; channels leave with variance 1 below the layer's epsilon too,
+and with dropout off), classifier logits spread across the classes, and the
+plain tf2onnx run without bridge's handlers."""
 from __future__ import annotations
 
 import importlib.util
@@ -48,6 +50,27 @@ def test_batchnorm_statistics_are_calibrated(shape, rng):
     assert np.all(np.abs(out.mean(axis=(0, 1, 2))) < 1e-3) and np.allclose(out.std(axis=(0, 1, 2)), 1, atol=1e-2)
 
 
+@pytest.mark.parametrize("case", ["variance below epsilon", "dropout before the BN"])
+def test_batchnorm_leaves_unit_variance_in_inference(case, rng):
+    """EfficientNet's input is divided by 255 inside the model (variance ~1e-5
+    against epsilon 1e-3) and its blocks end in dropout: after calibration
+    each BN's output has mean 0 and variance 1 in inference mode all the same."""
+    x = keras.Input((5, 5, 3))
+    h = keras.layers.Conv2D(6, 3, padding="same")(keras.layers.Rescaling(1 / 255)(x) if case.startswith("var") else x)
+    drop = keras.layers.Dropout(0.5)
+    if case.startswith("dropout"):
+        h = drop(keras.layers.Dense(6)(h))
+    bn = keras.layers.BatchNormalization(epsilon=1e-3)
+    model = keras.Model(x, keras.layers.Dense(4)(bn(h)))
+    feeds = [{model.inputs[0].name: rng.random((4, 5, 5, 3)).astype("float32")} for _ in range(3)]
+    _zoo().calibrate_batchnorm(model, feeds)
+    batch = np.concatenate([f[model.inputs[0].name] for f in feeds])
+    out = np.asarray(keras.Model(model.inputs, bn.output)(batch, training=False), np.float64)
+    assert np.all(np.abs(out.mean(axis=(0, 1, 2))) < 1e-3), out.mean(axis=(0, 1, 2))
+    np.testing.assert_allclose(out.std(axis=(0, 1, 2)), 1, atol=1e-2)
+    assert drop.rate == 0.5  # put back
+
+
 def test_plain_tf2onnx_runs_without_bridges_handlers():
     from tf2onnx.handler import tf_op
     from bridge.converters.tf2onnx_common import register_all
@@ -84,14 +107,19 @@ def test_quick_sweep(tmp_path):
     assert "plain tf2onnx" in proc.stdout and "models built" in proc.stdout
 
 
-def test_classifier_logits_are_calibrated(rng):
+@pytest.mark.parametrize("offset", [0.0, 50.0])
+def test_classifier_logits_are_calibrated(offset, rng):
+    """The logits spread LOGIT_STD across the classes of each input; an offset
+    common to one input's logits (which the softmax ignores: EfficientNet's
+    heads) does not count."""
     x = keras.Input((6,))
     h = keras.layers.Dense(8)(x)
     head = keras.layers.Dense(5, activation="softmax")
     model = keras.Model(x, head(h))
-    head.kernel.assign(head.kernel.numpy() * 300)  # a softmax decided by rounding
+    head.kernel.assign(head.kernel.numpy() * 300 + offset)  # a softmax decided by rounding; + a per-input offset
     feeds = [{model.inputs[0].name: rng.standard_normal((7, 6)).astype("float32")}]
     assert _zoo().calibrate_logits(model, feeds) == 1
     hidden = np.asarray(keras.Model(x, h)(feeds[0][model.inputs[0].name]), np.float64)
     logits = hidden @ head.kernel.numpy().astype(np.float64) + head.bias.numpy()
-    assert abs(logits.std() - _zoo().LOGIT_STD) < 1e-3
+    across = np.sqrt(np.mean(np.var(logits, axis=-1)))
+    assert abs(across - _zoo().LOGIT_STD) < 1e-3

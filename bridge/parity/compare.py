@@ -11,6 +11,11 @@ many layers, hence looser defaults than the per-op ones (`DEFAULTS`, per dtype).
 A NaN or Inf on either side fails unless both sides hold the same one at that
 place (bridge.ops.nonfinite); the note then says so. Integer and bool outputs
 must match exactly.
+
+A third verdict besides pass and FAIL: `status` "ill-conditioned" (counted
+apart from both) where the difference does not measure the export
+(bridge.parity.conditioning: a saturated softmax whose arg-max flips; a
+runtime as close to the float64 answer as TF float32 itself).
 """
 from __future__ import annotations
 
@@ -62,6 +67,11 @@ class Comparison:
     nonfinite: int              # NaN/Inf mismatches (non-finite on one side, or different non-finite values)
     nonfinite_side: str = ""    # where the first mismatch is non-finite: result | reference | both
     note: str = ""
+    status: str = ""            # pass | FAIL | ill-conditioned (not judged by the tolerance; the note says why)
+
+    def __post_init__(self):
+        if not self.status:
+            self.status = "pass" if self.passed else "FAIL"
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -121,8 +131,9 @@ def compare(got, ref, tol: Optional[Tolerance] = None) -> Comparison:
     nz = absref > 0
     max_rel = float(np.max(err[nz] / absref[nz])) if nz.any() else 0.0
     n_finite = err.size if finite is None else int(finite.sum())
+    note, status = (bad.describe(), "") if bad is not None else _conditioning(got, ref, tol) if failing else ("", "")
     return Comparison(
-        passed=failing == 0,
+        passed=failing == 0 or bool(status),
         shape=tuple(ref.shape), dtype=ref.dtype.name, atol=tol.atol, rtol=tol.rtol,
         excess=float(excess[flat]), allowed=max(tol.atol, slope * float(absref[flat])),
         max_abs_error=float(err.max()) if n_finite else float("nan"),
@@ -132,12 +143,14 @@ def compare(got, ref, tol: Optional[Tolerance] = None) -> Comparison:
         worst_index=tuple(int(i) for i in worst), worst_got=float(got[worst]), worst_ref=float(ref[worst]),
         failing=failing, nonfinite=0 if bad is None else int(bad.unmatched.sum()),
         nonfinite_side="" if bad is None else bad.side,
-        note=bad.describe() if bad is not None else _conditioning(got, ref, tol) if failing else "")
+        note=note, status=status)
 
 
-def _conditioning(got, ref, tol) -> str:
-    from bridge.parity.conditioning import explain
-    return explain(got, ref, tol.atol)
+def _conditioning(got, ref, tol) -> Tuple[str, str]:
+    """(note, status) of a failing comparison: ("", "") for a plain mismatch."""
+    from bridge.parity.conditioning import ILL_CONDITIONED, explain
+    note = explain(got, ref, tol.atol)
+    return note, ILL_CONDITIONED if note else ""
 
 
 def _cosine(g: np.ndarray, r: np.ndarray) -> float:

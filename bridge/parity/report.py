@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import List, Optional
 
+from bridge.parity.conditioning import ILL_CONDITIONED
 from bridge.table import render
 
 
@@ -22,6 +23,13 @@ def outputs_table(report, colour: Optional[bool] = None) -> str:
     rows: List[list] = []
     paints: List[list] = []
     for r in report.runtimes:
+        if r.status == "reference" and r.outputs:  # the float64 run: TF float32's own distance from it
+            for out, c in r.outputs.items():
+                rows.append([r.name, out, "x".join(map(str, c.shape)) or "scalar", c.max_abs_error, c.max_rel_error,
+                             c.mean_abs_error, c.cosine, _idx(c.worst_index), _got_ref(c), c.allowed,
+                             f"TF float32 vs float64 ({r.run_s:.2f}s)"])
+                paints.append([None] * 10 + ["dim"])
+            continue
         if r.status == "reference":
             rows.append([r.name, "(all)", "", "", "", "", "", "", "", "", f"reference ({r.run_s:.2f}s)"])
             paints.append([None] * 10 + ["dim"])
@@ -34,7 +42,7 @@ def outputs_table(report, colour: Optional[bool] = None) -> str:
         for out, c in r.outputs.items():
             rows.append([r.name, out, "x".join(map(str, c.shape)) or "scalar", c.max_abs_error, c.max_rel_error,
                          c.mean_abs_error, c.cosine, _idx(c.worst_index), _got_ref(c), c.allowed, _result(c)])
-            paints.append([None] * 10 + ["green" if c.passed else "red"])
+            paints.append([None] * 10 + ["yellow" if c.status == ILL_CONDITIONED else "green" if c.passed else "red"])
     return render(headers, rows, paints, colour=colour, align="llrrrrrlrrl")
 
 
@@ -44,6 +52,8 @@ def _got_ref(c) -> str:
 
 def _result(c) -> str:
     """pass / FAIL with the count, and what the note adds (a NaN or Inf, and on which side)."""
+    if c.status == ILL_CONDITIONED:
+        return _short(c.note if c.note.startswith(ILL_CONDITIONED) else f"{ILL_CONDITIONED}: {c.note}")
     if c.passed:
         return f"pass ({c.note})" if c.note else "pass"
     return _short(f"FAIL: {c.note}") if c.note else f"FAIL ({c.failing} el., {c.excess:.3g}x allowed)"
@@ -78,6 +88,13 @@ def verdict(report) -> str:
     skipped = [r.name for r in report.runtimes if r.status == "unavailable" and not r.required]
     n_out = len(next(iter(compared)).outputs) if compared else 0
     tail = f"; not run here: {', '.join(skipped)}" if skipped else ""
+    ill = [r for r in compared if any(c.status == ILL_CONDITIONED for c in r.outputs.values())]
+    if not failed and ill:
+        why = next(c.note for r in ill for c in r.outputs.values() if c.status == ILL_CONDITIONED)
+        agree = len(compared) - len(ill)
+        others = f" ({agree} other{'s agree' if agree != 1 else ' agrees'})" if agree else ""
+        return (f"ILL-CONDITIONED: {', '.join(r.name for r in ill)} differ{'s' if len(ill) == 1 else ''} from "
+                f"{report.reference} by what float32 rounding explains, not judged{others}; {why}{tail}")
     if not failed:
         return (f"PASS: {len(compared)} runtime{'s agree' if len(compared) != 1 else ' agrees'} with {report.reference} "
                 f"on {n_out} output{'s' if n_out != 1 else ''}{tail}")
@@ -89,6 +106,8 @@ def verdict(report) -> str:
             parts.append(f"{r.name} differs on {', '.join(bad)}" + (f" (first at layer {first})" if first else ""))
         else:
             parts.append(f"{r.name} {r.status}")
+    if ill:
+        parts.append(f"{', '.join(r.name for r in ill)} {ILL_CONDITIONED}")
     return f"FAIL: {'; '.join(parts)}{tail}"
 
 
