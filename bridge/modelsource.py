@@ -39,10 +39,16 @@ class ModelSourceError(ValueError):
 
 @dataclass(frozen=True)
 class TensorInfo:
+    """One input or output of a model: what resolving a MODEL reads, what parity
+    feeds, and what `bridge inspect` shows of a .tflite or .onnx file."""
     name: str
     shape: Dims                 # None: dynamic
     dtype: str                  # numpy name
     high: Optional[int] = None  # integers: exclusive upper bound (the size of the embedding or table indexed)
+
+    def to_json(self) -> dict:
+        d = {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+        return d if self.high is None else dict(d, high=self.high)
 
     def concrete(self, batch: int) -> Tuple[int, ...]:
         """The shape for one run: a dynamic batch becomes `batch`; any other

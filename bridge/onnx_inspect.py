@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from bridge.tflite_inspect import InspectError, TensorInfo, _dims, _size
+from bridge.modelsource import TensorInfo
+from bridge.tflite_inspect import InspectError, _dims, _size
 
 # Domains that every ONNX runtime knows; any other domain is a custom domain.
 STANDARD_DOMAINS = ("", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.training")

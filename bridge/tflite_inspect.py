@@ -17,6 +17,8 @@ from typing import Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
+from bridge.modelsource import TensorInfo  # a dynamic dim (shape_signature -1) is None
+
 IDENTIFIER = b"TFL3"  # the flatbuffer file identifier, bytes 4..8
 
 
@@ -38,16 +40,6 @@ def is_tflite(data: bytes) -> bool:
 
 def _names(enum_class) -> Dict[int, str]:
     return {v: k for k, v in vars(enum_class).items() if not k.startswith("_") and isinstance(v, int)}
-
-
-@dataclass
-class TensorInfo:
-    name: str
-    shape: Tuple[Optional[int], ...]  # None: a dynamic dim (shape_signature -1)
-    dtype: str
-
-    def to_json(self) -> dict:
-        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
 
 
 @dataclass

@@ -10,7 +10,7 @@ import pytest
 from bridge.parity import compare as cmp
 from bridge.parity import inputs as inputs_mod
 from bridge.parity import loaded
-from bridge.parity.inputs import InputError, InputSpec
+from bridge.parity.inputs import InputError, TensorInfo
 
 
 def _allowed(ref, atol=1e-4, rtol=1e-4):
@@ -175,8 +175,8 @@ def test_test_helper_names_the_nonfinite_element_and_side():
 
 # -- inputs --------------------------------------------------------------------
 def test_generated_inputs_have_dtype_range_and_vocabulary():
-    specs = [InputSpec("image", (None, 5, 7, 3), "float32"), InputSpec("ids", (None, 9), "int32", high=30),
-             InputSpec("mask", (None, 9), "int64")]
+    specs = [TensorInfo("image", (None, 5, 7, 3), "float32"), TensorInfo("ids", (None, 9), "int32", high=30),
+             TensorInfo("mask", (None, 9), "int64")]
     shapes = {s.name: s.concrete(2) for s in specs}
     a = inputs_mod.generate(specs, shapes, seed=3)
     assert a["image"].shape == (2, 5, 7, 3) and a["image"].dtype == np.float32
@@ -191,7 +191,7 @@ def test_generated_inputs_have_dtype_range_and_vocabulary():
 
 def test_unknown_dims_need_input_shape():
     with pytest.raises(InputError, match=r"input tokens has unknown dims \[\?,\?\]: give them with --input-shape tokens:1,D"):
-        InputSpec("tokens", (None, None), "int32").concrete(1)
+        TensorInfo("tokens", (None, None), "int32").concrete(1)
 
 
 def test_save_load_roundtrip_is_bit_identical(tmp_path, rng):
@@ -205,7 +205,7 @@ def test_save_load_roundtrip_is_bit_identical(tmp_path, rng):
 
 
 def test_loaded_inputs_are_checked(tmp_path):
-    specs = [InputSpec("x", (None, 3), "float32")]
+    specs = [TensorInfo("x", (None, 3), "float32")]
     with pytest.raises(InputError, match=r"--load-inputs: no array for input 'x'; it has \['y'\]"):
         inputs_mod.check(specs, {"y": np.ones((1, 3), np.float32)}, "--load-inputs")
     with pytest.raises(InputError, match=r"input 'x' has shape \[1, 4\], the model wants \[\?,3\]"):

@@ -18,14 +18,11 @@ from bridge import atomic
 from bridge.modelsource import ModelSourceError, TensorInfo, check, generate
 from bridge.untrusted import write_npz
 
-__all__ = ["InputError", "InputSpec", "check", "generate", "load", "load_npz", "save", "shapes_of"]
+__all__ = ["InputError", "TensorInfo", "check", "generate", "load", "load_npz", "save", "shapes_of"]
 
 # Bad inputs (a missing name, a wrong shape or dtype, an unreadable file) and a
 # bad MODEL are one usage error: the CLI exits 2 on either.
 InputError = ModelSourceError
-# name, shape (None: not fixed by the model), numpy dtype name, `high` (integers:
-# exclusive upper bound, the vocabulary size); `concrete(batch)` fills in the batch.
-InputSpec = TensorInfo
 
 
 def save(path: str, arrays: Mapping[str, np.ndarray]) -> None:

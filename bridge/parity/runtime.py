@@ -24,7 +24,7 @@ Contract:
   instead of failing the whole run. Any other exception is reported as an error
   in that runtime's row, also without stopping the others.
 - `source` is a `bridge.parity.source.ModelSource`: the MODEL argument resolved
-  (`kind` is "keras", "savedmodel" or "onnx"), its `inputs` (InputSpec name/shape/
+  (`kind` is "keras", "savedmodel" or "onnx"), its `inputs` (TensorInfo name/shape/
   dtype), `output_names` (canonical, taken from the reference), and memoised
   artefacts shared by all runtimes of one run: `keras_model()`, `fused_model()`,
   `onnx_custom()` (the com.bridge export, ModelProto), `onnx_path(key, model)`,

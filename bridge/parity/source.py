@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 
 from bridge import atomic
-from bridge.parity.inputs import InputError, InputSpec
+from bridge.parity.inputs import InputError, TensorInfo
 from bridge.parity import export
 from bridge.parity.stages import StageLog, release_heap
 from bridge.parity.unavailable import Unavailable
@@ -50,7 +50,7 @@ class ModelSource:
         self.ge_opset_note = ""          # why the GE export is above ATC's default opset, if it is
         if onnx_model is not None:  # a given export replaces bridge's own (--onnx)
             self._cache["onnx-custom"] = onnx_model
-        self.inputs: List[InputSpec] = list(resolved.inputs)
+        self.inputs: List[TensorInfo] = list(resolved.inputs)
         self.output_names: List[str] = list(resolved.output_names)
 
     # -- memo ----------------------------------------------------------------
