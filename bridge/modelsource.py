@@ -239,13 +239,20 @@ class ResolvedModel:
 
     def sample_inputs(self, batch: int = 1, seed: int = 0) -> Dict[str, np.ndarray]:
         """Seeded realistic inputs: a built-in model's own sampler when its shapes
-        fit (images, token ids and masks), else `generate`."""
-        shapes = self.concrete_shapes(batch)
+        fit (images, token ids and masks; it picks a sequence length the model
+        leaves open), else `generate`."""
         if self.kind == "builtin":
             got = _builtin_sample(self.model, [i.name for i in self.inputs], batch, seed)
-            if got is not None and {k: v.shape for k, v in got.items()} == shapes:
+            if got is not None and set(got) == {i.name for i in self.inputs} and \
+                    all(_fits(i.shape, got[i.name].shape, batch) for i in self.inputs):
                 return check(self.inputs, got, f"bridge.models.sample_inputs({self.name!r})")
-        return generate(self.inputs, shapes, seed)
+        return generate(self.inputs, self.concrete_shapes(batch), seed)
+
+
+def _fits(dims: Dims, shape: Sequence[int], batch: int) -> bool:
+    """`shape` has the batch and every dim `dims` fixes."""
+    return len(shape) == len(dims) and (not shape or shape[0] == batch) and \
+        all(d is None or d == n for d, n in zip(dims[1:], shape[1:]))
 
 
 def _builtin_sample(model, names: Sequence[str], batch: int, seed: int) -> Optional[Dict[str, np.ndarray]]:
@@ -422,7 +429,7 @@ def _dict_output_keys(model) -> Optional[List[str]]:
 def _builtin(name, shapes, seed, config) -> ResolvedModel:
     from bridge import models
     if shapes and "input_size" not in config:
-        size = _input_size_from(shapes)
+        size = input_size_from(shapes)
         if size is not None:
             config["input_size"] = size
     try:
@@ -434,16 +441,16 @@ def _builtin(name, shapes, seed, config) -> ResolvedModel:
                          config=dict(config, seed=seed))
 
 
-def _input_size_from(shapes) -> Optional[Union[int, Tuple[int, int]]]:
+def input_size_from(shapes) -> Optional[Union[int, Tuple[int, int]]]:
     """A built-in model's input_size from the shapes given: H (or (H, W)) of
-    images [N,H,W,C], the sequence length of tokens [N,S]; None when the shapes
-    do not agree on one."""
+    images [N,H,W,C], the sequence length of tokens [N,S] ("?" when it is left
+    dynamic: one model for any length); None when the shapes do not agree on one."""
     sizes = set()
     for shape in shapes.values():
         if len(shape) == 4 and None not in shape[1:3]:
             sizes.add(shape[1] if shape[1] == shape[2] else (shape[1], shape[2]))
-        elif len(shape) == 2 and shape[1] is not None:
-            sizes.add(shape[1])
+        elif len(shape) == 2:
+            sizes.add("?" if shape[1] is None else shape[1])
         else:
             return None
     return sizes.pop() if len(sizes) == 1 else None

@@ -73,7 +73,8 @@ def _inputs_for(model, batch, seed):
     from . import bert, yolo
     if getattr(model, "name", None) == "minilm":
         from . import minilm
-        return minilm.tokenize(minilm.sample_sentences(batch, seed), model.inputs[0].shape[1])
+        length = model.inputs[0].shape[1] or minilm.DEFAULT_SEQ_LEN   # a model for any length: the default
+        return minilm.tokenize(minilm.sample_sentences(batch, seed), length)
     vocab = next((l.input_dim for l in model.layers if isinstance(l, keras.layers.Embedding)), 1000)
     out, rng = {}, np.random.default_rng(seed)
     ints = [x for x in model.inputs if "int" in str(x.dtype)]
