@@ -1,6 +1,8 @@
 """`bridge export MODEL --to ge -o DIR`: everything the Ascend machine needs.
 
-DIR/model.onnx   static shapes, default-domain opset 11..15 (11 by default), no
+DIR/model.onnx   static shapes, default-domain opset 11..15 (without --opset: 11,
+                 or the first above it the model converts at, e.g. 12 for
+                 Einsum or GatherV2 with batch_dims; the summary says why), no
                  model-local functions, the fused ops as plain custom nodes:
                  `--parser new` in com.bridge (imported), `--parser legacy` in the
                  default domain with one opset_import (old ATC parsers);
