@@ -5,18 +5,18 @@
     outputs = k.<op module>(*inputs, **attrs)    # e.g. the op's spec module name
 
 The kernels are the ones TensorFlow's GPU kernels run (tf_ops/cuda/*.cuh), behind
-the C ABI of tf_ops/cuda_harness/harness.cu, called through ctypes with the
-arrays' device pointers. Outputs are new arrays of the inputs' kind, on their
+the C ABI of tf_ops/cuda_harness (harness.cu, and each op's own <op module>.cu),
+called through ctypes with the arrays' device pointers. Outputs are new arrays of the inputs' kind, on their
 device; the work is queued on the framework's current stream. Inputs are checked
 against the op's spec (bridge.ops) first, so bad shapes, attributes and dtypes
 raise the spec's OpError (a ValueError naming the op, the argument and the
 shapes); an array that is not on a CUDA device does too.
 
-What each op adds lives with the op, found by looking: its companion
-tf_ops/cuda_harness/<op module>.py declares its C entry points (ENTRIES: the
-arguments after the device pointers, which come from the spec), the calls the
-harness gains (CALLS) and the roads `bridge cuda` checks (CHECKS). No list of
-ops is kept here.
+What each op adds lives with the op, found by looking: its entry points are
+tf_ops/cuda_harness/<op module>.cu, and its companion <op module>.py beside it
+declares them (ENTRIES: the arguments after the device pointers, which come
+from the spec), the calls the harness gains (CALLS) and the roads `bridge cuda`
+checks (CHECKS). No list of ops is kept here.
 
 `gpu_status()` says whether a GPU and a framework to reach it are here, and if
 not, why. Neither PyTorch nor CuPy is a dependency: each is imported only when

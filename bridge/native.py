@@ -664,5 +664,6 @@ def cuda_emulator_build() -> Build:
                  target_file="libbridge_cuda_emulator.so",
                  options={"BRIDGE_CUDA_INCLUDE": str(include), "BRIDGE_CUBLAS_INCLUDE": str(cublas_include())},
                  portable=True,
-                 extra_sources=sorted((source.parent / "cuda").glob("*")) + [source.parent / "cuda_harness" / "harness.cu"],
+                 extra_sources=sorted((source.parent / "cuda").glob("*"))
+                 + sorted((source.parent / "cuda_harness").glob("*.cu*")),  # harness.cu(h) and each op's .cu
                  describe="the CUDA kernels for the CPU emulator")

@@ -547,9 +547,13 @@ def planted(tmp_path_factory):
             target.write_text(text.replace(old, new))
         lib = root / "libplanted.so"
         em = root / "cuda_emulator"
+        on_cpu = []  # what cuda_emulator/CMakeLists.txt writes: each harness file after emulator.h
+        for source in sorted((root / "cuda_harness").glob("*.cu")):
+            on_cpu.append(root / f"on_cpu_{source.stem}.cc")
+            on_cpu[-1].write_text(f'#include "emulator.h"\n#include "{source}"\n')
         cmd = [native.cxx_compiler(), "-std=c++17", "-O1", "-w", "-fPIC", "-shared", f"-I{em}", f"-I{root / 'cuda'}",
                f"-I{root / 'cuda_harness'}", "-isystem", str(native.cuda_headers()), "-isystem",
-               str(native.cublas_include()), str(em / "harness_on_cpu.cc"), str(em / "emulator.cc"),
+               str(native.cublas_include()), *map(str, on_cpu), str(em / "emulator.cc"),
                str(em / "cublaslt.cc"), "-o", str(lib), "-ldl", "-Wl,-Bsymbolic"]
         jobs.append((name, lib, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
     out = {}

@@ -1,8 +1,9 @@
 """The CUDA layer finds its ops instead of listing them: each op's C entry
-points, harness calls and `bridge cuda` roads live in its companion
-(tf_ops/cuda_harness/<op module>.py), with the device pointers taken from the
-spec. Checked against the C side: harness.cu's declarations and the symbols the
-built library exports."""
+points are its own file (tf_ops/cuda_harness/<op module>.cu, found by CMake),
+and their signatures, the harness calls and the `bridge cuda` roads its
+companion (<op module>.py next to it), with the device pointers taken from the
+spec. Checked against the C side: the .cu files' declarations and the symbols
+the built library exports."""
 from __future__ import annotations
 
 import ctypes
@@ -16,7 +17,7 @@ from bridge import ops as specs
 from bridge.ops import Arg, OpSpec, Tolerance
 
 ROOT = Path(__file__).resolve().parent.parent
-HARNESS = ROOT / "tf_ops" / "cuda_harness" / "harness.cu"
+HARNESS = ROOT / "tf_ops" / "cuda_harness"
 # entry points of the harness itself, not of an op
 ABI_OWN = re.compile(r"^bridge_cuda_")
 
@@ -36,35 +37,41 @@ def _ctypes_kind(t) -> str:
 
 
 def _declared():
-    """{entry: [argument kinds]} for every BRIDGE_API function of harness.cu."""
-    text = HARNESS.read_text()
+    """{entry: (file stem, [argument kinds])} for every BRIDGE_API function of the harness's .cu files."""
     found = {}
-    for name, params in re.findall(r"BRIDGE_API\s+\w[\w\s\*]*?\b(\w+)\s*\(([^)]*)\)", text):
-        params = [p for p in params.split(",") if p.strip() and p.strip() != "void"]
-        found[name] = [_c_kind(p) for p in params]
+    for source in sorted(HARNESS.glob("*.cu")):
+        for name, params in re.findall(r"BRIDGE_API\s+\w[\w\s\*]*?\b(\w+)\s*\(([^)]*)\)", source.read_text()):
+            params = [p for p in params.split(",") if p.strip() and p.strip() != "void"]
+            assert name not in found, f"{name} is declared in {found[name][0]}.cu and {source.name}"
+            found[name] = (source.stem, [_c_kind(p) for p in params])
     return found
 
 
-def test_every_companion_entry_matches_harness_cu():
+def test_every_companion_entry_matches_its_c_file():
     declared = _declared()
-    assert declared, f"no BRIDGE_API declarations parsed from {HARNESS}"
+    assert declared, f"no BRIDGE_API declarations parsed from {HARNESS}/*.cu"
     covered = set()
     for c in cuda.companions():
         for entry in c.entries:
             want = [_ctypes_kind(t) for t in c.argtypes(entry)]
             for suffix in cuda.SUFFIXES.values():
                 name = f"{entry.name}_{suffix}"
-                assert name in declared, f"{c.path} declares {name}, harness.cu does not"
-                assert declared[name] == want, f"{name}: harness.cu takes {declared[name]}, {c.path} says {want}"
+                assert name in declared, f"{c.path} declares {name}, no .cu file there does"
+                stem, kinds = declared[name]
+                assert stem == c.spec.module, f"{name} is in {stem}.cu, not beside its companion {c.path.name}"
+                assert kinds == want, f"{name}: {stem}.cu takes {kinds}, {c.path} says {want}"
                 covered.add(name)
     orphans = sorted(n for n in declared if not ABI_OWN.match(n) and n not in covered)
-    assert not orphans, f"harness.cu entry points no op's companion declares: {orphans}"
+    assert not orphans, f"entry points no op's companion declares: {orphans}"
+    assert {stem for stem, _ in declared.values()} - {c.spec.module for c in cuda.companions()} == {"harness"}
 
 
 def test_every_op_with_cuda_kernels_has_a_companion_and_nothing_else_does():
     names = {c.spec.module for c in cuda.companions()}
     files = {p.stem for p in cuda.companions_dir().glob("*.py")}
     assert files == names, f"companions without a spec: {sorted(files - names)}"
+    c_files = {p.stem for p in cuda.companions_dir().glob("*.cu")} - {"harness"}
+    assert c_files == names, f"entry-point files and companions differ: {sorted(c_files ^ names)}"
     cuh = {p.stem for p in (ROOT / "tf_ops" / "cuda").glob("*.cuh")}
     assert names <= cuh, f"a companion without its kernel header: {sorted(names - cuh)}"
 

@@ -1,6 +1,7 @@
 // The CUDA execution model on the CPU, for the kernels of tf_ops/cuda/ compiled
-// as plain C++ (no GPU, no nvcc): included first in harness_on_cpu.cc, so every
-// kernel, launch and runtime call of the C-ABI harness runs here, on host memory.
+// as plain C++ (no GPU, no nvcc): included first in each C++ unit of the harness
+// (CMakeLists.txt here), so every kernel, launch and runtime call of the C-ABI
+// harness runs here, on host memory.
 //
 // What it models, and checks as a GPU would refuse or misbehave:
 //   - a grid of blocks of threads: blocks one at a time, the threads of a block

@@ -1,5 +1,5 @@
 """YoloConvBnLeaky on the CUDA harness (bridge.cuda): its C entry points in
-harness.cu, the call the harness gains, and the roads `bridge cuda` checks.
+yolo_conv_bn_leaky.cu, the call the harness gains, and the roads `bridge cuda` checks.
 
     y = k.yolo_conv_bn_leaky(x, filter, conv_bias, bn_gamma, bn_beta, bn_mean, bn_variance,
                              strides=[1, 2, 2, 1], padding="SAME", allow_tf32=False)
