@@ -15,7 +15,7 @@ ON_REQUEST = ("cuda_harness", "cuda_emulator", "tflite")  # tflite: the LiteRT k
 def add_arguments(p):
     p.add_argument("targets", nargs="*", metavar="TARGET",
                    help=f"what to build: {', '.join(TARGETS + ON_REQUEST)} (default: {', '.join(TARGETS)}), or the "
-                        f"CMake folder of a team's TensorFlow op library")
+                        f"CMake folder of a team's TensorFlow or onnxruntime kernel library")
     p.add_argument("--force", action="store_true", help="rebuild even when the cache has the library")
     p.add_argument("--portable", action="store_true",
                    help="build without CPU-specific flags (-march=native), for other machines of this architecture")
