@@ -459,9 +459,12 @@ def export(source, output: str, *, mode: Optional[str] = None, opset: Optional[i
     counts = _op_counts(onnx_model)
     details.update(nodes=sum(counts.values()), custom_nodes={k: v for k, v in counts.items() if "::" in k},
                    external_data=large)
-    custom = ", ".join(f"{v} {k.split('::')[1]}" for k, v in sorted(counts.items()) if "::" in k)
+    # "domain: n Op" per custom domain (a team op lives in its own domain)
+    custom = "; ".join(f"{domain}: " + ", ".join(f"{v} {k.split('::')[1]}" for k, v in sorted(counts.items())
+                                                 if k.split("::")[0] == domain)
+                       for domain in sorted({k.split("::")[0] for k in counts if "::" in k}))
     summary.append(f"wrote {files[0]} ({mode}, opset {opset}, {sum(counts.values())} nodes"
-                   + (f"; com.bridge: {custom}" if custom else "") + (", external data" if large else "") + ")")
+                   + (f"; {custom}" if custom else "") + (", external data" if large else "") + ")")
     checks: List[Check] = []
     if verify:
         with progress.stage("verifying"):

@@ -140,6 +140,7 @@ def test_export_and_parity_of_a_savedmodel_with_the_team_op(savedmodel, tmp_path
     onnx_out = tmp_path / "m.onnx"
     done = _bridge(*_team("export", savedmodel, "--to", "onnx", "-o", onnx_out, *shape))
     assert done.returncode == 0, done.stderr[-3000:]
+    assert "com.example: 1 FusedBiasGelu" in done.stdout + done.stderr  # the summary names the op's own domain
     model = onnx.load(str(onnx_out))
     assert [(n.domain, n.op_type) for n in model.graph.node if n.domain] == [("com.example", "FusedBiasGelu")]
     assert [f.name for f in model.functions] == ["FusedBiasGelu"]
