@@ -147,6 +147,53 @@ def calibration_feeds(src) -> list:
     return [src.sample_inputs(seed=CALIBRATION_SEED + i) for i in range(CALIBRATION_SAMPLES)]
 
 
+def calibrate(model, feeds_list) -> None:
+    """Realistic scales for a model's random weights: residual branches, then
+    BatchNorm statistics, then the classifier's logits."""
+    scale_residual_branches(model)
+    calibrate_batchnorm(model, feeds_list)
+    calibrate_logits(model, feeds_list)
+
+
+def scale_residual_branches(model) -> int:
+    """Scales the BatchNormalization that ends each residual branch (a BN, or
+    a BN then dropout, added to a stream that is not one) by
+    1/sqrt(number of such branches), as training leaves them (a trained
+    ResNet's last BN per block has gammas of a few tenths): at full scale
+    each of ResNet101's 30 blocks grew float32 rounding ~1.3x, and TF float32
+    itself ended 1.5e-4 from float64. Returns how many; run before
+    calibrate_batchnorm, which keeps the scale."""
+    import keras
+    branches = []
+    for layer in model._flatten_layers(include_self=False, recursive=True):
+        if not isinstance(layer, keras.layers.Add):
+            continue
+        ends = [_branch_end(node) for node in _inbound_layers(layer)]
+        bns = [e for e in ends if e is not None]
+        if len(bns) == 1 and len(ends) == 2:  # a projection shortcut (BN on both sides) is not a branch
+            branches.append(bns[0])
+    factor = 1.0 / np.sqrt(max(len(branches), 1))
+    for bn in branches:
+        if bn.scale:
+            bn.gamma.assign(bn.gamma.numpy() * factor)
+        if bn.center:
+            bn.beta.assign(bn.beta.numpy() * factor)
+    return len(branches)
+
+
+def _inbound_layers(layer) -> list:
+    node = layer._inbound_nodes[0]
+    return [t._keras_history.operation for t in node.input_tensors]
+
+
+def _branch_end(layer):
+    """The BN that ends a residual branch at `layer` (through dropout), else None."""
+    import keras
+    while isinstance(layer, keras.layers.Dropout):
+        layer = _inbound_layers(layer)[0]
+    return layer if isinstance(layer, keras.layers.BatchNormalization) else None
+
+
 def calibrate_batchnorm(model, feeds_list, passes: int = 2) -> int:
     """Sets every BatchNormalization's moving statistics to those of the
     generated inputs (a training pass with momentum 0), each variance at least
@@ -321,9 +368,7 @@ def run_model(zm: ZooModel, size: int, work: str, repeat: int = 20, roads=ROADS)
     from bridge import modelsource
     src = modelsource.from_object(model, input_shapes=_shape_map(args))
     if not isinstance(built, str):
-        feeds = calibration_feeds(src)
-        calibrate_batchnorm(model, feeds)
-        calibrate_logits(model, feeds)
+        calibrate(model, calibration_feeds(src))
         path = os.path.join(work, f"{zm.name}.keras")
         model.save(path)
         args[0] = path
