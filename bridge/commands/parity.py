@@ -26,7 +26,16 @@ outputs exact. A NaN or Inf on either side fails unless both sides hold the same
 one at that place (the row says so); a reference that produces NaN fails the run.
 --atol/--rtol take a number (all outputs) or NAME=NUMBER (one output).
 
-Exit codes: 0 every runtime agrees, 1 a runtime disagrees or fails (or the
+Ill-conditioned outputs: where a runtime differs from TF float32, a Keras
+model is run again in float64 (row tf-float64: TF float32's own distance from
+it). The runtime is then ill-conditioned, neither pass nor FAIL (exit 0,
+counted apart, --json "ill_conditioned"), when it is within 2x TF float32's own
+error from float64 (worst element and mean), or within the tolerance of
+float64 where TF float32 is; anything else, and any NaN, stays a FAIL. A
+saturated softmax whose arg-max flips is ill-conditioned too where no float64
+run decides.
+
+Exit codes: 0 every runtime agrees (or is ill-conditioned), 1 a runtime disagrees or fails (or the
 reference produced NaN), 2 usage error (unknown runtime, bad file, bad shape)."""
 
 
