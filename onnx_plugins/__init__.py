@@ -139,7 +139,7 @@ def session(model_or_path, *, kernels: Union[str, Sequence[str]] = "fastest", th
     `kernels` ("fastest", "all", "none" or op types) registered; every other
     com.bridge op runs its model-local function (added here if the model lacks it).
     `threads` sets intra_op_num_threads; `options` is a SessionOptions to start from.
-    With the YoloConvBnLeaky kernel on oneDNN (OpenMP threads) onnxruntime's idle
+    With a kernel on oneDNN (OpenMP threads: YoloConvBnLeaky's) onnxruntime's idle
     threads do not spin (SPINNING_KEY "0") unless `options` says otherwise:
     spinning, they took the convolutions' cores (YOLOv3-416 2x slower on 2 cores).
 
@@ -176,7 +176,8 @@ def session(model_or_path, *, kernels: Union[str, Sequence[str]] = "fastest", th
         source = path if path is not None else model.SerializeToString()
     if threads:
         so.intra_op_num_threads = threads
-    if "YoloConvBnLeaky" in names and not _has_config(so, SPINNING_KEY) and library_has_onednn():
+    # an op whose road depends on oneDNN (FASTEST_WITHOUT_ONEDNN) runs its kernel on oneDNN's threads
+    if any(n in FASTEST_WITHOUT_ONEDNN for n in names) and not _has_config(so, SPINNING_KEY) and library_has_onednn():
         # oneDNN's OpenMP threads and onnxruntime's spinning ones would share the cores
         so.add_session_config_entry(SPINNING_KEY, "0")
     own = [n for n in names if _specs.is_builtin(_specs.get(n))]
