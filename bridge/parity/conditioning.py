@@ -29,10 +29,11 @@ SUM_TOLERANCE = 1e-3
 # the status of a comparison excused by one of the rules here: not a pass, not a FAIL
 ILL_CONDITIONED = "ill-conditioned"
 
-# a runtime may be this many times further from float64 than TF float32 is (two float32 runs of the
-# same ill-conditioned model land at similar distances: ResNet50 with 4-sample BN statistics, TF
-# 1.5e-3 and onnxruntime 1.8e-3 from float64); a 1% error where TF is 2e-4 away is 5x, and fails
-FLOAT64_FACTOR = 2.0
+# a runtime may be this many times further from float64 than TF float32 is: float32 runs of one
+# ill-conditioned model land at similar distances, by luck within a few times (ResNet50 with 4-sample
+# BN statistics, TF float32 1.5e-3 from float64: onnxruntime 1.2x that, TFLite 1.9x, onnx's reference
+# evaluator 2.5x); a 1% error where TF is 3e-4 away is ~30x, and fails
+FLOAT64_FACTOR = 3.0
 
 
 def against_float64(runtime: str, got_vs_f64, tf_vs_f64) -> "tuple[bool, str]":
