@@ -1,26 +1,31 @@
 """One-op ONNX models for the Ascend tests, built with onnx.helper from the specs."""
 from __future__ import annotations
 
+import random
+
 import numpy as np
 from onnx import TensorProto, helper
 
 from bridge import ops
 
-# op -> list of (input shapes, ONNX attributes); odd sizes, size 1 included
-CASES = {
-    "FusedLayerNorm": [([(2, 3, 5), (5,), (5,)], dict(epsilon=1e-5)),
-                       ([(1, 1), (1,), (1,)], dict()),
-                       ([(0, 7), (7,), (7,)], dict(epsilon=1e-3))],
-    "YoloConvBnLeaky": [([(1, 7, 6, 3), (3, 3, 3, 4), (4,), (4,), (4,), (4,), (4,)],
-                         dict(strides=[2, 1], pads=[1, 0, 1, 2], dilations=[1, 1], epsilon=1e-3, alpha=0.1)),
-                        ([(2, 5, 5, 1), (1, 1, 1, 1), (1,), (1,), (1,), (1,), (1,)], dict()),
-                        ([(1, 9, 8, 2), (3, 2, 2, 3), (3,), (3,), (3,), (3,), (3,)],
-                         dict(strides=[1, 2], pads=[2, 1, 2, 1], dilations=[2, 1], alpha=0.2))],
-    "YoloDecode": [([(2, 3, 4, 2 * (5 + 3))], dict(anchors=[10., 13., 16., 30.], num_classes=3, stride=8,
-                                                   scale_x_y=1.05)),
-                   ([(1, 1, 1, 6)], dict(anchors=[5., 7.], num_classes=1, stride=32)),
-                   ([(1, 5, 3, 3 * (5 + 2))], dict(anchors=[1., 2., 3., 4., 5., 6.], num_classes=2, stride=16))],
-}
+# op -> list of (input shapes, ONNX attributes), from each built-in op's case table
+# (bridge/ops/<op>.py examples()): its first row, a seeded pick of the others and,
+# last, its first empty row; rows every dtype of the op takes (the float32-only
+# stress rows, large means, are for the case-table tests: test_ascend_from_body
+# runs every row). This many per op keeps the opset sweeps here cheap.
+PER_OP = 4
+
+
+def _cases(spec):
+    rows = [e for e in spec.examples() if set(spec.dtypes) <= set(e.dtypes) and not e.large]
+    empty = [e for e in rows if any(0 in s for s in e.shapes)]
+    rest = [e for e in rows[1:] if e not in empty]
+    random.Random(f"{spec.name}-1").shuffle(rest)
+    picked = rows[:1] + rest[:PER_OP - 1 - len(empty[:1])] + empty[:1]
+    return [([tuple(s) for s in e.shapes], dict(e.onnx_attrs)) for e in picked]
+
+
+CASES = {spec.name: _cases(spec) for spec in ops.all_specs() if ops.is_builtin(spec)}
 
 
 def one_op_model(name, shapes, attrs, opset=11, domain=None, dtype=TensorProto.FLOAT):
@@ -38,7 +43,9 @@ def one_op_model(name, shapes, attrs, opset=11, domain=None, dtype=TensorProto.F
 
 
 def inputs_for(name, shapes, rng):
-    xs = [(rng.standard_normal(s) + 0.1).astype(np.float32) for s in shapes]
-    if name == "YoloConvBnLeaky":
-        xs[6] = np.abs(xs[6]) + 0.5  # variance
-    return xs
+    """The inputs of the op's case-table row with these shapes (its own values:
+    a variance stays positive), else random non-zero ones."""
+    for e in ops.get(name).examples():
+        if [tuple(s) for s in e.shapes] == [tuple(s) for s in shapes]:
+            return list(e.cast(np.float32))
+    return [(rng.standard_normal(s) + 0.1).astype(np.float32) for s in shapes]
