@@ -1,31 +1,18 @@
 """One-op ONNX models for the Ascend tests, built with onnx.helper from the specs."""
 from __future__ import annotations
 
-import random
-
 import numpy as np
 from onnx import TensorProto, helper
 
 from bridge import ops
+from case_rows import builtin_specs, example_rows
 
-# op -> list of (input shapes, ONNX attributes), from each built-in op's case table
-# (bridge/ops/<op>.py examples()): its first row, a seeded pick of the others and,
-# last, its first empty row; rows every dtype of the op takes (the float32-only
-# stress rows, large means, are for the case-table tests: test_ascend_from_body
-# runs every row). This many per op keeps the opset sweeps here cheap.
-PER_OP = 4
-
-
-def _cases(spec):
-    rows = [e for e in spec.examples() if set(spec.dtypes) <= set(e.dtypes) and not e.large]
-    empty = [e for e in rows if any(0 in s for s in e.shapes)]
-    rest = [e for e in rows[1:] if e not in empty]
-    random.Random(f"{spec.name}-1").shuffle(rest)
-    picked = rows[:1] + rest[:PER_OP - 1 - len(empty[:1])] + empty[:1]
-    return [([tuple(s) for s in e.shapes], dict(e.onnx_attrs)) for e in picked]
-
-
-CASES = {spec.name: _cases(spec) for spec in ops.all_specs() if ops.is_builtin(spec)}
+# op -> list of (input shapes, ONNX attributes) from each built-in op's case table:
+# rows every dtype of the op takes (the float32-only stress rows, large means, are
+# for test_ascend_from_body's run of every row), 4 per op to keep the opset sweeps cheap.
+CASES = {spec.name: [([tuple(s) for s in e.shapes], dict(e.onnx_attrs))
+                     for e in example_rows(spec, every_dtype=True, per_op=4, seed="1")]
+         for spec in builtin_specs()}
 
 
 def one_op_model(name, shapes, attrs, opset=11, domain=None, dtype=TensorProto.FLOAT):

@@ -18,6 +18,7 @@ from bridge.converters import export_tflite as ex
 from bridge.converters.fuse_layers import FusedConvBnLeaky, FusedLayerNormalization, FusedYoloDecode
 from bridge.exporting import OptionError
 from bridge.tflite_inspect import inspect_tflite
+from case_rows import example_params, is_empty, outputs
 from conftest import rule_excess, unfused_outputs
 
 FLOAT32 = 1e-4  # bridge parity's float32 default (atol = rtol), per element
@@ -93,6 +94,24 @@ def test_yolo_decode_lowered(rng, close):
         for name, ref in zip(names, spec.reference(raw, **attrs)):
             close("YoloDecode", got[name], ref, what=f"{name} {shape}")
 
+
+
+@pytest.mark.parametrize("spec,example", example_params(per_op=5, seed="tflite"))
+def test_every_op_lowered_passes_its_case_table(spec, example, close):
+    """Each built-in op's shared case table (bridge/ops/cases.py), lowered alone
+    (the first input fed with its batch dynamic, the others constants): builtins
+    only, against the numpy float64 reference of the float32 values fed. A
+    seeded 5 rows per op (the first, an empty one): a conversion costs ~0.3 s."""
+    first, *rest = example.cast("float32")
+    fn_op, name = getattr(tf_ops, spec.module), spec.inputs[0].name
+    shape = [None, *first.shape[1:]] if first.ndim > 1 else list(first.shape)
+    data, info = _export_op(lambda x: fn_op(x, *rest, **example.attrs), [_spec(name, shape)],
+                            [o.name for o in spec.outputs])
+    assert not info.custom, dict(info.ops)
+    # XNNPack refuses some empty batches (see test_yolo_conv_bn_leaky_lowered): TFLite's own kernels there
+    got = ex.run_tflite(data, {name: first}, delegates=not is_empty(example))
+    for out, ref in zip(spec.outputs, outputs(spec, spec.reference(first, *rest, **example.attrs))):
+        close(spec.name, got[out.name], ref, what=f"{example.id} {out.name}")
 
 def test_custom_mode_keeps_op_with_attributes(rng):
     gamma, beta = _rand(rng, [6]), _rand(rng, [6])
