@@ -39,7 +39,7 @@ def example_params(**kw):
             for e in example_rows(spec, **kw)]
 
 
-def outputs(spec, ref):
+def outputs(ref):
     """The reference's outputs as a tuple (one array for a one-output op)."""
     return ref if isinstance(ref, tuple) else (ref,)
 

@@ -110,7 +110,7 @@ def test_every_op_lowered_passes_its_case_table(spec, example, close):
     assert not info.custom, dict(info.ops)
     # XNNPack refuses some empty batches (see test_yolo_conv_bn_leaky_lowered): TFLite's own kernels there
     got = ex.run_tflite(data, {name: first}, delegates=not is_empty(example))
-    for out, ref in zip(spec.outputs, outputs(spec, spec.reference(first, *rest, **example.attrs))):
+    for out, ref in zip(spec.outputs, outputs(spec.reference(first, *rest, **example.attrs))):
         close(spec.name, got[out.name], ref, what=f"{example.id} {out.name}")
 
 def test_custom_mode_keeps_op_with_attributes(rng):
