@@ -204,3 +204,23 @@ def test_parity_float64_judge_fails_planted_bugs(cancelling, bug):
     report = _parity_with(cancelling, got)
     c = next(r for r in report.runtimes if r.name == "board").outputs["diff"]
     assert not report.passed and c.status == "FAIL" and report.to_json()["ill_conditioned"] == [], c.note
+
+
+def test_float64_twin_of_nested_models_and_what_it_refuses(rng):
+    """The twin computes every layer in float64 (a nested Sequential too), with
+    the same weights: numpy float64 on those weights agrees to rounding; a layer
+    left at a lower precision (a mixed_float16 policy) gets no twin."""
+    import keras
+    from bridge.parity.float64 import NoFloat64, keras_float64
+    inp = keras.Input((5,))
+    inner = keras.Sequential([keras.Input((7,)), keras.layers.Dense(3, activation="tanh")])
+    model = keras.Model(inp, inner(keras.layers.Dense(7, activation="relu")(inp)))
+    twin = keras_float64(model)
+    x = rng.uniform(-1, 1, (4, 5))
+    w1, b1, w2, b2 = [np.asarray(w, np.float64) for w in model.get_weights()]
+    want = np.tanh(np.maximum(x @ w1 + b1, 0) @ w2 + b2)
+    got = np.asarray(twin(x))
+    assert got.dtype == np.float64 and np.abs(got - want).max() < 1e-12
+    odd = keras.Model(inp, keras.layers.Dense(2, dtype="mixed_float16")(inp))
+    with pytest.raises(NoFloat64, match="does not compute in float64"):
+        keras_float64(odd)

@@ -69,8 +69,10 @@ def keras_float64(model):
     if len(weights) != len(theirs) or any(np.shape(a) != np.shape(b) for a, b in zip(weights, theirs)):
         raise NoFloat64("its float64 copy has other weights than the model")
     twin.set_weights([np.asarray(w, np.float64) if np.asarray(w).dtype.kind == "f" else w for w in weights])
+    import keras
     lower = [layer.name for layer in twin._flatten_layers(include_self=False, recursive=True)
-             if getattr(layer, "compute_dtype", "float64") not in ("float64", None)
+             if not isinstance(layer, keras.Model)  # a nested model's own policy is not what its layers run
+             and getattr(layer, "compute_dtype", "float64") not in ("float64", None)
              and any(np.dtype(w.dtype).kind == "f" for w in layer.weights)]
     if lower:
         raise NoFloat64(f"layer {lower[0]!r} does not compute in float64")
