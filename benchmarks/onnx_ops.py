@@ -3,13 +3,18 @@ roads onnxruntime takes without it, side by side in one run.
 
     python benchmarks/onnx_ops.py [--threads 2] [--repeat 30] [--json] [--quick]
 
+Rows: every built-in op, at the shapes of its BENCH_SHAPES (onnx_plugins/<op>.py),
+else at its large case-table rows (bridge/ops/<op>.py examples()).
 Roads:
-  native    the library's kernel (session(kernels=[op]))
-  builtin   onnxruntime's own LayerNormalization node (opset 17), FusedLayerNorm only
+  native    the library's kernel (session(kernels=[op])), where it has one
+            ("vs native" is then relative to the function road)
+  builtin   onnxruntime's own standard op on the same node, where the op names one
+            (BENCH_BUILTIN: FusedLayerNorm's LayerNormalization, opset 17)
   function  the model-local function, inlined and optimised by onnxruntime
-            (session(kernels="none")); FusedLayerNorm at opset 16, i.e. the
-            decomposition onnxruntime fuses back into its LayerNormalization kernel;
-            YoloConvBnLeaky: its fused NCHWc Conv+LeakyRelu between Transposes.
+            (session(kernels="none")), at the op's BENCH_FUNCTION_OPSET (else 17):
+            FusedLayerNorm at opset 16, i.e. the decomposition onnxruntime fuses
+            back into its LayerNormalization kernel; YoloConvBnLeaky: its fused
+            NCHWc Conv+LeakyRelu between Transposes.
 Weights are initializers (as in an exported model); no session's threads spin
 (session.intra_op.allow_spinning=0). Rounds alternate between
 the roads so that drift on a shared machine hits all of them alike; the table
@@ -26,57 +31,58 @@ import onnx
 from onnx import helper
 
 from _common import alternating_medians, machine_line
-from bridge import onnx_plugins
+from bridge import onnx_plugins, ops
+from bridge.onnx_plugins.functions import op_module
 from bridge.onnx_plugins.one_op import one_op_model
 from bridge.table import render
 
 
-def _layer_norm_cases(rng, quick):
-    shapes = [(4, 128, 768)] + ([] if quick else [(32, 512, 1024)])
-    for shape in shapes:
-        h = shape[-1]
-        x = rng.standard_normal(shape).astype(np.float32)
-        g, b = rng.standard_normal(h).astype(np.float32), rng.standard_normal(h).astype(np.float32)
-        attrs = {"epsilon": 1e-6}
-        native = one_op_model("FusedLayerNorm", [x, g, b], attrs, opset=17, constants=("gamma", "beta"))
-        function = one_op_model("FusedLayerNorm", [x, g, b], attrs, opset=16, constants=("gamma", "beta"))
-        builtin = onnx.ModelProto()
-        builtin.CopyFrom(native)
-        node = builtin.graph.node[0]
-        node.domain, node.op_type = "", "LayerNormalization"
-        node.attribute.extend([helper.make_attribute("axis", -1)])
-        del builtin.functions[:]
-        yield ("FusedLayerNorm", "x".join(map(str, shape)), {"x": x},
-               {"native": (native, ["FusedLayerNorm"]), "builtin": (builtin, "none"), "function": (function, "none")})
+def _rows(spec):
+    """The op's BENCH_SHAPES (its onnx_plugins/<op>.py), else its large case-table
+    rows (bridge/ops/<op>.py examples()): (label, input shapes, node attributes, in --quick)."""
+    own = getattr(op_module(spec), "BENCH_SHAPES", None)
+    if own is not None:
+        return own
+    rows = [e for e in spec.examples() if e.large] or list(spec.examples()[:1])
+    return [("x".join(map(str, e.shapes[0])), e.shapes, e.onnx_attrs, i == 0) for i, e in enumerate(rows)]
 
 
-def _conv_cases(rng, quick):
-    cases = [((1, 416, 416, 32), 64, 3, [2, 2], [1, 1, 0, 0]),
-             ((1, 104, 104, 128), 128, 3, [1, 1], [1, 1, 1, 1]),
-             ((1, 13, 13, 512), 1024, 3, [1, 1], [1, 1, 1, 1]),
-             ((1, 52, 52, 256), 128, 1, [1, 1], [0, 0, 0, 0])]
-    for shape, cout, k, strides, pads in cases[:2] if quick else cases:
-        cin = shape[-1]
-        x = rng.standard_normal(shape).astype(np.float32)
-        w = (rng.standard_normal((k, k, cin, cout)) / np.sqrt(k * k * cin)).astype(np.float32)
-        params = [rng.standard_normal(cout).astype(np.float32) * 0.1 for _ in range(4)] + \
-                 [rng.uniform(0.5, 2.0, cout).astype(np.float32)]
-        attrs = {"strides": strides, "pads": pads, "dilations": [1, 1], "epsilon": 1e-5, "alpha": 0.1}
-        consts = ("filter", "conv_bias", "bn_gamma", "bn_beta", "bn_mean", "bn_variance")
-        model = one_op_model("YoloConvBnLeaky", [x, w, *params], attrs, opset=17, constants=consts)
-        label = f"{'x'.join(map(str, shape))}->{cout} {k}x{k}" + (f" s{strides[0]}" if strides[0] > 1 else "")
-        yield ("YoloConvBnLeaky", label, {"x": x},
-               {"native": (model, ["YoloConvBnLeaky"]), "function": (model, "none")})
+def _cases(rng, quick, only=None):
+    """(op, label, feeds, {road: (model, kernels)}) for every built-in op. The first
+    input is fed (normal values), the others are initializers as in an exported
+    model (uniform in [0.5, 1.5]: a variance or a scale stays positive)."""
+    for spec in ops.all_specs():
+        if not ops.is_builtin(spec) or (only and spec.name not in only):
+            continue
+        module = op_module(spec)
+        consts = tuple(a.name for a in spec.inputs[1:])
+        for label, shapes, attrs, in_quick in _rows(spec):
+            if quick and not in_quick:
+                continue
+            xs = [rng.standard_normal(shapes[0]).astype(np.float32)] + \
+                 [rng.uniform(0.5, 1.5, s).astype(np.float32) for s in shapes[1:]]
+            model = one_op_model(spec.name, xs, attrs, opset=17, constants=consts)
+            opset = getattr(module, "BENCH_FUNCTION_OPSET", 17)
+            function = model if opset == 17 else one_op_model(spec.name, xs, attrs, opset=opset, constants=consts)
+            roads = {}
+            if onnx_plugins.backend_status(spec)["ort_kernel"] == "yes":
+                roads["native"] = (model, [spec.name])
+            builtin = getattr(module, "BENCH_BUILTIN", None)
+            if builtin is not None:
+                roads["builtin"] = (_as_builtin(model, *builtin), "none")
+            roads["function"] = (function, "none")
+            yield spec.name, label, {spec.inputs[0].name: xs[0]}, roads
 
 
-def _decode_cases(rng, quick):
-    anchors = [116.0, 90.0, 156.0, 198.0, 373.0, 326.0]
-    for hw in [13] + ([] if quick else [52]):
-        raw = rng.standard_normal((1, hw, hw, 255)).astype(np.float32)
-        model = one_op_model("YoloDecode", [raw], {"anchors": anchors, "num_classes": 80, "stride": 416 // hw},
-                             opset=17)
-        yield ("YoloDecode", f"1x{hw}x{hw}x255", {"raw": raw},
-               {"native": (model, ["YoloDecode"]), "function": (model, "none")})
+def _as_builtin(model, op_type, extra_attrs):
+    """`model` with its one node as onnxruntime's own standard op `op_type`."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    node = out.graph.node[0]
+    node.domain, node.op_type = "", op_type
+    node.attribute.extend([helper.make_attribute(k, v) for k, v in extra_attrs.items()])
+    del out.functions[:]
+    return out
 
 
 def _no_spinning():
@@ -106,17 +112,15 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     rng = np.random.default_rng(0)
     results = []
-    for gen in (_layer_norm_cases, _conv_cases, _decode_cases):
-        for op, shape, feeds, roads in gen(rng, args.quick):
-            if args.ops and op not in args.ops:
-                continue
-            ms = measure(roads, feeds, args.threads, args.repeat)
-            fastest = min(ms, key=ms.get)
-            for road, t in ms.items():
-                results.append({"op": op, "shape": shape, "road": road, "ms": round(t, 4),
-                                "vs_native": round(t / ms["native"], 3), "fastest": road == fastest})
-            if not args.json:
-                print(f"  measured {op} {shape}", file=sys.stderr, flush=True)
+    for op, shape, feeds, roads in _cases(rng, args.quick, args.ops):
+        ms = measure(roads, feeds, args.threads, args.repeat)
+        fastest = min(ms, key=ms.get)
+        base = ms.get("native", ms["function"])
+        for road, t in ms.items():
+            results.append({"op": op, "shape": shape, "road": road, "ms": round(t, 4),
+                            "vs_native": round(t / base, 3), "fastest": road == fastest})
+        if not args.json:
+            print(f"  measured {op} {shape}", file=sys.stderr, flush=True)
     if args.json:
         print(json.dumps({"threads": args.threads, "repeat": args.repeat, "rows": results}, indent=1))
         return 0

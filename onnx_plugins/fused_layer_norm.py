@@ -15,6 +15,14 @@ SPEC = get("FusedLayerNorm")
 # is correct on large means is 2.3-3.1x slower than the native kernel.
 FASTEST = "native"
 
+# benchmarks/onnx_ops.py's rows: (label, input shapes, node attributes, in --quick).
+# Its function road at opset 16 (the decomposition onnxruntime fuses back into its
+# LayerNormalization kernel), and that kernel itself on the same node as a road.
+BENCH_SHAPES = [("4x128x768", [(4, 128, 768), (768,), (768,)], {"epsilon": 1e-6}, True),
+                ("32x512x1024", [(32, 512, 1024), (1024,), (1024,)], {"epsilon": 1e-6}, False)]
+BENCH_FUNCTION_OPSET = 16
+BENCH_BUILTIN = ("LayerNormalization", {"axis": -1})
+
 
 class FusedLayerNorm(ReferenceOp):
     spec = SPEC
