@@ -77,11 +77,10 @@ def test_every_road_matches_the_reference(op, example, opset, dtype):
         check("reference-op vs ort-function",
               ReferenceEvaluator(model, new_ops=onnx_plugins.reference_ops()).run(None, feeds),
               judge=tuple(np.asarray(o, np.float64) for o in function_out), scale=2.0)
-        # onnx's ReferenceEvaluator cannot run LeakyRelu with an attribute taken from
-        # the calling node (OpRunUnaryNum.run has no linked_attributes): run that
-        # function after onnx's own inliner has written the attributes in.
-        fmodel = onnx.inliner.inline_local_functions(model) if op == "YoloConvBnLeaky" else model
-        check("reference-function", ReferenceEvaluator(fmodel).run(None, feeds))
+        # onnx's ReferenceEvaluator cannot run every op with an attribute taken from
+        # the calling node (LeakyRelu: OpRunUnaryNum.run has no linked_attributes):
+        # every op's function runs after onnx's own inliner has written them in.
+        check("reference-function", ReferenceEvaluator(onnx.inliner.inline_local_functions(model)).run(None, feeds))
 
     lowered = onnx_plugins.inline_custom_ops(model)
     assert not any(n.domain == spec.domain for n in lowered.graph.node)
