@@ -1,7 +1,7 @@
 """TensorFlow op speeds: each fused op against what TensorFlow runs without it,
 side by side in one run.
 
-    python benchmarks/tf_ops.py [--repeat 20] [--json] [--quick] [--only fln,fln_grad,conv,decode]
+    python benchmarks/tf_ops.py [--repeat 20] [--json] [--quick] [--only fln,fln_grad,conv,composite]
 
 Rows (ratio = baseline time / fused time: > 1 means the fused op is faster):
   FusedLayerNorm   vs the native composition (moments + rsqrt) and vs Keras
@@ -18,7 +18,9 @@ Rows (ratio = baseline time / fused time: > 1 means the fused op is faster):
   YoloConvBnLeaky  vs Keras Conv2D + BatchNormalization + LeakyReLU: eager,
                    tf.function, and frozen (weights as constants, which lets
                    grappler/oneDNN fuse Conv+BiasAdd+LeakyRelu) at YOLOv3 shapes.
-  YoloDecode       vs its composite (standard TF ops), eager and tf.function.
+  every other op    (YoloDecode; a new built-in op with no edit here) vs its
+                   composite (standard TF ops), eager and tf.function, at its
+                   TF_BENCH_SHAPES (tf_ops/<op>_op.py), else its large case-table rows.
 Rounds alternate between the contenders so drift on a shared machine hits both
 alike; times are medians.
 """
@@ -259,29 +261,49 @@ def bench_conv(rng, repeat, quick):
     return rows
 
 
-# -- YoloDecode -------------------------------------------------------------------
+# -- every other op: against its composite ---------------------------------------------
 
-def bench_decode(rng, repeat, quick):
-    anchors = (116.0, 90.0, 156.0, 198.0, 373.0, 326.0)
+def _composite_rows(spec):
+    """The op's TF_BENCH_SHAPES (tf_ops/<op>_op.py), else its large case-table rows:
+    (label, input shapes, TF attributes, in --quick)."""
+    own = getattr(tf_ops.op_module(spec.name), "TF_BENCH_SHAPES", None)
+    if own is not None:
+        return own
+    rows = [e for e in spec.examples() if e.large] or list(spec.examples()[:1])
+    return [(_label(e.shapes[0]), e.shapes, e.attrs, i == 0) for i, e in enumerate(rows)]
+
+
+def bench_composite(rng, repeat, quick):
+    """Each built-in op without a bench of its own above, against its composite
+    (standard TF ops), eager and tf.function; the first input is fed, the others
+    are constants (uniform in [0.5, 1.5]: a variance or a scale stays positive)."""
     rows = []
-    for hw in [13] + ([] if quick else [52]):
-        raw = tf.constant(rng.standard_normal((1, hw, hw, 255)).astype(np.float32))
-        attrs = dict(anchors=anchors, num_classes=80, stride=416 // hw)
-        fused = lambda r: tf_ops.yolo_decode(r, **attrs)
-        comp = lambda r: tf_ops.composite.yolo_decode(r, **attrs)
-        # What any tf.function with this signature costs per call, doing nothing.
-        empty = tf.function(lambda r: (r, r, r))
-        t_call, _ = median_pair(lambda: empty(raw), lambda: None, repeat)
-        for mode in ("eager", "function"):
-            wrap = (lambda f: f) if mode == "eager" else tf.function
-            ours, base = wrap(fused), wrap(comp)
-            rows.append(_row("YoloDecode", f"1x{hw}x{hw}x255", mode, "composite",
-                             *median_pair(lambda: ours(raw), lambda: base(raw), repeat),
-                             note="" if mode == "eager" else f"an empty tf.function call: {t_call * 1e3:.3f} ms"))
+    for spec in specs.all_specs():
+        if not specs.is_builtin(spec) or spec.name in OWN_BENCH:
+            continue
+        fused_op, comp_op = getattr(tf_ops, spec.module), getattr(tf_ops.composite, spec.module)
+        for label, shapes, attrs, in_quick in _composite_rows(spec):
+            if quick and not in_quick:
+                continue
+            x = tf.constant(rng.standard_normal(shapes[0]).astype(np.float32))
+            consts = [tf.constant(rng.uniform(0.5, 1.5, s).astype(np.float32)) for s in shapes[1:]]
+            fused = lambda x, a=attrs, c=consts: fused_op(x, *c, **a)
+            comp = lambda x, a=attrs, c=consts: comp_op(x, *c, **a)
+            # What any tf.function with this signature costs per call, doing nothing.
+            empty = tf.function(lambda x, n=len(spec.outputs): (x,) * n)
+            t_call, _ = median_pair(lambda: empty(x), lambda: None, repeat)
+            for mode in ("eager", "function"):
+                wrap = (lambda f: f) if mode == "eager" else tf.function
+                ours, base = wrap(fused), wrap(comp)
+                rows.append(_row(spec.name, label, mode, "composite",
+                                 *median_pair(lambda: ours(x), lambda: base(x), repeat),
+                                 note="" if mode == "eager" else f"an empty tf.function call: {t_call * 1e3:.3f} ms"))
     return rows
 
 
-BENCHES = {"fln": bench_layer_norm, "fln_grad": bench_layer_norm_grad, "conv": bench_conv, "decode": bench_decode}
+BENCHES = {"fln": bench_layer_norm, "fln_grad": bench_layer_norm_grad, "conv": bench_conv,
+           "composite": bench_composite}
+OWN_BENCH = {"FusedLayerNorm", "YoloConvBnLeaky"}   # the ops the benches above measure against their own baselines
 
 
 def main(argv=None) -> int:
