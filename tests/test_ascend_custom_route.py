@@ -4,7 +4,9 @@
   many shapes (the spec's case tables, one-step mutations of them, random ones), bad
   ones included, for bridge's three ops and a team's op (examples/custom_op, loaded
   without registering it: the other tests see exactly bridge's ops);
-- the same C++ (GE-independent part) compiled here with g++ and run on those cases;
+- the same C++ (GE-independent part) compiled here with g++ and run on those cases,
+  and the default route's op_proto/ InferShape (the same shape function behind a
+  ge::Operator) compiled against a stand-in of the ge::Operator it uses and run on them;
 - the names that must agree (REG_OP, the REG_AUTO_MAPPING_OP class, the plugin's GE
   type, npu_supported_ops.json) read back from the generated files;
 - the bundle, and `bridge ascend check --plugins` on both routes;
@@ -25,7 +27,7 @@ import pytest
 
 from bridge import ops
 from bridge.ascend import opp, render_cpp
-from bridge.ascend.ge_custom import common, render, tables
+from bridge.ascend.ge_custom import common, render, shape_cpp, tables
 from bridge.ascend.ge_custom.package import package_files
 from bridge.ascend.ge_names import ge_op_type
 from bridge.ascend.origins import plugin_origins
@@ -110,19 +112,42 @@ def test_infer_dtype_twin(spec):
         except ops.OpError as e:
             want = ("error", str(e))
         try:
-            got = ("ok", render.infer_dtypes(spec, (d,) * n))
+            got = ("ok", shape_cpp.infer_dtypes(spec, (d,) * n))
         except ops.OpError as e:
             got = ("error", str(e))
         assert got == want
     if n > 1:
         with pytest.raises(ops.OpError, match=rf"argument '{spec.inputs[1].name}': dtype float16 differs from"):
-            render.infer_dtypes(spec, ("float32", "float16") + ("float32",) * (n - 2))
+            shape_cpp.infer_dtypes(spec, ("float32", "float16") + ("float32",) * (n - 2))
 
 
 def test_team_op_gets_the_pattern_its_shape_function_states():
     assert tables.table_origin(TEAM) == "last-axis parameters"
     assert tables.table_origin(SCAFFOLD) == "last-axis bias (bridge op new)"
     assert tables.table_origin(ops.get("YoloDecode")) == "bridge's table"
+
+
+def test_builtin_tables_are_found_by_their_module_file():
+    """Each built-in op's table is its own bridge/ascend/infer_shape/<module>.py (no
+    central list), and no file there is left without an op."""
+    folder = ROOT / "bridge" / "ascend" / "infer_shape"
+    files = {p.stem for p in folder.glob("*.py") if p.stem != "__init__"}
+    builtin = [s for s in ops.all_specs() if ops.is_builtin(s)]
+    assert files == {s.module for s in builtin}
+    for spec in builtin:
+        assert tables.own_table(spec).__module__ == f"bridge.ascend.infer_shape.{spec.module}"
+    assert tables.own_table(TEAM) is None
+
+
+def test_both_routes_carry_the_same_shape_function():
+    """The default route's op_proto/shape/<module>_shape.h is the custom-operator
+    route's op_graph/src/<module>_shape.h, byte for byte (one renderer, one table)."""
+    default = opp.package_files()
+    custom = package_files()
+    for spec in ops.all_specs():
+        assert default[f"{opp.SHAPE_DIR}/{spec.module}_shape.h"] == custom[f"op_graph/src/{spec.module}_shape.h"]
+        assert f'#include "shape/{spec.module}_shape.h"' in default[f"{opp.PROTO_DIR}/{spec.module}.cc"]
+    assert default[f"{opp.SHAPE_DIR}/bridge_ge_core.h"] == custom["op_graph/src/bridge_ge_core.h"]
 
 
 def test_team_op_no_pattern_fits_is_refused_by_name():
@@ -302,7 +327,7 @@ def host_program(tmp_path_factory):
     (root / "bridge_ge_core.h").write_text(common.CORE_HEADER)
     lines, expected = [], []
     for spec in SPECS:
-        (root / f"{spec.module}_shape.h").write_text(render.shape_header(spec))
+        (root / f"{spec.module}_shape.h").write_text(shape_cpp.shape_header(spec))
         for shapes, attrs in _cases(spec, count=120):
             lines.append(_case_line(spec, shapes, attrs))
             expected.append(_twin_line(spec, shapes, attrs))
@@ -332,6 +357,227 @@ def test_om_buffer_round_trips_and_refuses_every_truncation(host_program):
     assert lines[len(expected)] == "roundtrip 1 1"
     total = int(lines[len(expected) + 1].split()[-1])
     assert lines[len(expected) + 1] == f"refused {total} of {total}"
+
+
+# -- the default route's op_proto/ InferShape, against a stand-in ge::Operator ----------------
+# What the generated op_proto/<module>.cc and shape/bridge_ge_operator.h use of GE, and
+# nothing more (a stand-in of ours, not CANN's header): attributes by name, TensorDescs
+# by name, GE's -1 / [-2] for an unknown dim / rank; the registration macro keeps the
+# function where the driver finds it.
+GE_OPERATOR_STUB = r"""#ifndef BRIDGE_TEST_GE_OPERATOR_STUB_H_
+#define BRIDGE_TEST_GE_OPERATOR_STUB_H_
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+namespace ge {
+using graphStatus = uint32_t;
+constexpr graphStatus GRAPH_SUCCESS = 0;
+constexpr graphStatus GRAPH_FAILED = 0xFFFFFFFF;
+enum DataType { DT_FLOAT = 0, DT_FLOAT16 = 1, DT_BF16 = 27 };
+class AscendString {
+ public:
+  AscendString() = default;
+  explicit AscendString(const std::string &s) : s_(s) {}
+  const char *GetString() const { return s_.c_str(); }
+ private:
+  std::string s_;
+};
+class Shape {
+ public:
+  Shape() = default;
+  explicit Shape(const std::vector<int64_t> &dims) : dims_(dims) {}
+  std::vector<int64_t> GetDims() const { return dims_; }
+ private:
+  std::vector<int64_t> dims_;
+};
+class TensorDesc {
+ public:
+  Shape GetShape() const { return shape_; }
+  void SetShape(const Shape &shape) { shape_ = shape; }
+  DataType GetDataType() const { return dtype_; }
+  void SetDataType(DataType dtype) { dtype_ = dtype; }
+ private:
+  Shape shape_;
+  DataType dtype_ = DT_FLOAT;
+};
+class Operator {
+ public:
+  std::map<std::string, TensorDesc> inputs, outputs;
+  std::map<std::string, int64_t> ints;
+  std::map<std::string, float> floats;
+  std::map<std::string, std::vector<int64_t>> int_lists;
+  std::map<std::string, std::vector<float>> float_lists;
+  std::map<std::string, std::string> strings;
+  TensorDesc GetInputDescByName(const char *name) const { return Find(inputs, name); }
+  TensorDesc GetOutputDescByName(const char *name) const { return Find(outputs, name); }
+  graphStatus UpdateOutputDesc(const char *name, const TensorDesc &desc) {
+    if (outputs.count(name) == 0U) return GRAPH_FAILED;
+    outputs[name] = desc;
+    return GRAPH_SUCCESS;
+  }
+  graphStatus GetAttr(const char *name, int64_t &v) const { return Get(ints, name, &v); }
+  graphStatus GetAttr(const char *name, float &v) const { return Get(floats, name, &v); }
+  graphStatus GetAttr(const char *name, std::vector<int64_t> &v) const { return Get(int_lists, name, &v); }
+  graphStatus GetAttr(const char *name, std::vector<float> &v) const { return Get(float_lists, name, &v); }
+  graphStatus GetAttr(const char *name, AscendString &v) const {
+    std::string s;
+    if (Get(strings, name, &s) != GRAPH_SUCCESS) return GRAPH_FAILED;
+    v = AscendString(s);
+    return GRAPH_SUCCESS;
+  }
+  graphStatus GetName(AscendString &name) const {
+    name = AscendString("node0");
+    return GRAPH_SUCCESS;
+  }
+ private:
+  static TensorDesc Find(const std::map<std::string, TensorDesc> &m, const char *name) {
+    const auto it = m.find(name);
+    return it == m.end() ? TensorDesc() : it->second;
+  }
+  template <typename T>
+  static graphStatus Get(const std::map<std::string, T> &m, const char *name, T *v) {
+    const auto it = m.find(name);
+    if (it == m.end()) return GRAPH_FAILED;
+    *v = it->second;
+    return GRAPH_SUCCESS;
+  }
+};
+using InferFn = graphStatus (*)(Operator &);
+}  // namespace ge
+#define IMPLEMT_COMMON_INFERFUNC(func_name) static graphStatus func_name(Operator &op)
+#define COMMON_INFER_FUNC_REG(op_name, x) InferFn g_infer_##op_name = x
+#endif
+"""
+
+_SET_ATTR = {"float": "    {{ double v; in >> v; op.floats[\"{n}\"] = static_cast<float>(v); }}",
+             "int": "    in >> op.ints[\"{n}\"];",
+             "list(int)": "    {{ size_t k; in >> k; auto &l = op.int_lists[\"{n}\"]; l.resize(k); for (auto &v : l) in >> v; }}",
+             "list(float)": "    {{ size_t k; in >> k; auto &l = op.float_lists[\"{n}\"]; l.resize(k); for (auto &v : l) "
+                            "{{ double d; in >> d; v = static_cast<float>(d); }} }}"}
+
+
+def _proto_driver(specs) -> str:
+    """Reads _case_line's lines ("bare " first: the node has no attributes) and prints
+    what each op_proto InferShape does: "ok" and the outputs as GE holds them, or its
+    refusal (on stderr, joined to stdout) and "failed"."""
+    externs, runs = [], []
+    for spec in specs:
+        externs.append(f"extern InferFn g_infer_{spec.name};")
+        inputs = ", ".join(f'"{a.name}"' for a in spec.inputs)
+        outputs = ", ".join(f'"{a.name}"' for a in spec.outputs)
+        sets = "\n".join(_SET_ATTR[a.type].format(n=a.name) for a in spec.onnx_attrs)
+        runs.append(f"""  if (type == "{ge_op_type(spec)}") {{
+    for (const char *name : {{{inputs}}}) {{
+      ge::TensorDesc d;
+      d.SetShape(ge::Shape(ReadGeDims(in)));
+      d.SetDataType(ge::DT_FLOAT16);
+      op.inputs[name] = d;
+    }}
+    if (!bare) {{
+{sets}
+    }}
+    Call(ge::g_infer_{spec.name}, &op, {{{outputs}}});
+    return;
+  }}""")
+    return f"""#include <cstdio>
+#include <iostream>
+#include <sstream>
+#include "graph/operator.h"
+namespace ge {{
+{chr(10).join(externs)}
+}}
+static std::vector<int64_t> ReadGeDims(std::istream &in) {{
+  std::string w;
+  in >> w;
+  if (w == "-") return {{-2}};
+  std::vector<int64_t> d(std::stoul(w));
+  for (auto &v : d) {{ in >> w; v = w == "?" ? -1 : std::stoll(w); }}
+  return d;
+}}
+static std::string GeShapeText(const std::vector<int64_t> &d) {{
+  if (d.size() == 1 && d[0] == -2) return "<unknown rank>";
+  std::string out = "[";
+  for (size_t i = 0; i < d.size(); ++i) out += (i ? "," : "") + (d[i] == -1 ? std::string("?") : std::to_string(d[i]));
+  return out + "]";
+}}
+static void Call(ge::InferFn fn, ge::Operator *op, const std::vector<const char *> &outputs) {{
+  for (const char *o : outputs) op->outputs[o] = ge::TensorDesc();
+  if (fn(*op) != ge::GRAPH_SUCCESS) {{ std::printf("failed\\n"); return; }}
+  std::string line = "ok ";
+  for (size_t k = 0; k < outputs.size(); ++k) {{
+    const ge::TensorDesc &d = op->outputs[outputs[k]];
+    line += (k ? ";" : "") + GeShapeText(d.GetShape().GetDims());
+    if (d.GetDataType() != ge::DT_FLOAT16) line += " dtype " + std::to_string(static_cast<int>(d.GetDataType()));
+  }}
+  std::printf("%s\\n", line.c_str());
+}}
+static void Run(const std::string &line) {{
+  std::istringstream in(line);
+  std::string type;
+  in >> type;
+  const bool bare = type == "bare";
+  if (bare) in >> type;
+  ge::Operator op;
+{chr(10).join(runs)}
+  std::printf("unknown op %s\\n", type.c_str());
+}}
+int main() {{
+  std::setvbuf(stdout, nullptr, _IONBF, 0);  // the refusals on stderr stay in order with the results
+  std::string line;
+  while (std::getline(std::cin, line)) Run(line);
+  return 0;
+}}
+"""
+
+
+@pytest.fixture(scope="module")
+def proto_program(tmp_path_factory):
+    """Every op's default-route InferShape (op_proto/<module>.cc as generated, its
+    REG_OP header replaced by the stand-in) on its cases, and on a node without its
+    attributes; the lines it printed, and the lines the twin says it should."""
+    if shutil.which("g++") is None:
+        pytest.skip("no g++ on PATH: the host test of the generated C++ needs one")
+    from bridge.ascend.ge_custom.tables import shape_table
+    root = tmp_path_factory.mktemp("proto")
+    (root / "graph").mkdir()
+    (root / "graph/operator.h").write_text(GE_OPERATOR_STUB)
+    (root / "op_proto/shape").mkdir(parents=True)
+    (root / "op_proto/shape/bridge_ge_core.h").write_text(common.CORE_HEADER)
+    (root / "op_proto/shape/bridge_ge_operator.h").write_text(shape_cpp.OPERATOR_HEADER)
+    lines, expected, sources = [], [], []
+    for spec in SPECS:
+        (root / f"op_proto/{spec.module}.h").write_text('#include "graph/operator.h"\n')
+        (root / f"op_proto/shape/{spec.module}_shape.h").write_text(opp.op_proto_shape_header(spec))
+        (root / f"op_proto/{spec.module}.cc").write_text(opp.op_proto_source(spec))
+        sources.append(str(root / f"op_proto/{spec.module}.cc"))
+        cases = _cases(spec, count=120)
+        for shapes, attrs in cases:
+            lines.append(_case_line(spec, shapes, attrs))
+            kind, value = tables.table_result(spec, shape_table(spec), shapes, attrs)
+            expected += [f"[bridge op] node 'node0': {value}", "failed"] if kind == "error" else \
+                ["ok " + ";".join(dims(s) for s in value)]
+        if spec.onnx_attrs:
+            lines.append("bare " + _case_line(spec, *cases[0]))
+            expected += [f"[bridge op] node 'node0': {shape_cpp.missing_attr(spec, spec.onnx_attrs[0])}", "failed"]
+    (root / "driver.cc").write_text(_proto_driver(SPECS))
+    exe = root / "proto"
+    res = subprocess.run(["g++", "-std=c++17", "-O0", "-Wall", "-Wextra", "-Werror", f"-I{root}", str(root / "driver.cc"),
+                          *sources, "-o", str(exe)], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-4000:]
+    run = subprocess.run([str(exe)], input="\n".join(lines) + "\n", stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True, timeout=60)
+    assert run.returncode == 0, run.stdout[-2000:]
+    return run.stdout.splitlines(), expected
+
+
+def test_default_route_infer_shape_says_what_the_twin_says(proto_program):
+    got, expected = proto_program
+    assert sum(1 for w in expected if w == "failed") > 200  # refusals compared, word for word
+    assert sum(1 for w in expected if w.startswith("ok ")) > 200
+    assert len(got) == len(expected)
+    for g, w in zip(got, expected):
+        assert g == w
 
 
 # -- the bundle and `bridge ascend check` ------------------------------------------------------

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Dict
 
 from bridge.ascend import opp, render_cpp
-from bridge.ascend.ge_custom import common, render
+from bridge.ascend.ge_custom import common, render, shape_cpp
 from bridge.ascend.ge_custom.tables import custom_specs
 from bridge.ascend.ge_names import ge_op_type
 from bridge.ascend.origins import plugin_origins
@@ -160,7 +160,7 @@ def package_files(specs=None) -> Dict[str, str]:
         render.check_names(spec)
         files[opp.plugin_file(spec)] = render_cpp.custom_route_plugin_source(spec, plugin_origins(spec))
         files[f"{INCLUDE_DIR}/{spec.module}.h"] = render.proto_header(spec)
-        files[f"{SRC_DIR}/{spec.module}_shape.h"] = render.shape_header(spec)
+        files[f"{SRC_DIR}/{spec.module}_shape.h"] = shape_cpp.shape_header(spec)
         files[f"{SRC_DIR}/{spec.module}_launch.h"] = render.launch_header(spec)
         files[f"{SRC_DIR}/{spec.module}.cc"] = render.impl_source(spec)
     files["framework/tensorflow/npu_supported_ops.json"] = npu_supported_ops(specs)

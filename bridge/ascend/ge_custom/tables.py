@@ -1,102 +1,43 @@
 """The shape table of each op (rules.py), in the GE operator's terms: its inputs in
 spec order and the com.bridge node's attributes, with the spec's checks and words.
 
-bridge's own ops have a table written here beside their spec (the shape functions
-are Python; the table states the same rules as data, and test_ascend_custom_route
-checks the twin against `spec.infer_shapes` on many shapes, bad ones included).
+bridge's own ops have theirs in their own file, bridge/ascend/infer_shape/<module>.py
+(`table(spec)`, found by looking; the shape functions are Python, the table states
+the same rules as data, and test_ascend_custom_route checks the twin against
+`spec.infer_shapes` on many shapes, bad ones included).
 A team's op gets the first of the `TEAM_PATTERNS` whose twin agrees with its
 shape function on every probe (same shapes, same refusals, same words); an op
 none fits is refused by name (`NoShapeTable`).
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+import importlib
+import importlib.util
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from bridge import ops
 from bridge.ops import OpError
-from bridge.ascend.ge_custom.rules import (Attr, Coalesce, Const, Dim, DimsOf, EachItem, FirstFailing, Int, Item, Known,
-                                           Len, Let, ListOf, Not, Out, OutSame, Rank, Require, ShapeOf, Statement, Var,
-                                           all_of, any_of, evaluate)
+from bridge.ascend.ge_custom.rules import (Dim, DimsOf, Known, Let, Not, OutSame, Rank, Require, ShapeOf, Statement,
+                                           Var, all_of, any_of, evaluate)
 
 
 class NoShapeTable(ValueError):
     """No generated InferShape states this op's shape function."""
 
 
-def _fused_layer_norm(spec) -> List[Statement]:
-    h = Var("h")
-    t: List[Statement] = [Require("x", Rank(0).ne(0), "must have rank >= 1, got a scalar (shape [])"),
-                          Let("h", Dim(0, -1))]
-    for i, arg in ((1, "gamma"), (2, "beta")):
-        t.append(Require(arg, Rank(i).eq(1), "must have shape [H]=", DimsOf((h,)), " (the last dim of x ", ShapeOf(0),
-                         "), got ", ShapeOf(i)))
-        t.append(Require(arg, Dim(i, 0).eq(h), "must have shape [H]=[", Int(h), "] (the last dim of x ", ShapeOf(0),
-                         "), got ", ShapeOf(i)))
-    return t + [OutSame(0, 0)]
+OWN_ORIGIN = "bridge's table"
 
 
-def _yolo_decode(spec) -> List[Statement]:
-    n_anchor = Len("anchors")
-    classes = Attr("num_classes")
-    a, c = Var("a"), Var("c")
-    rows = Var("rows")
-    return [
-        Require("anchors", all_of(n_anchor.ne(0), (n_anchor - (n_anchor // 2) * 2).eq(0)),
-                "needs 2*A values [w0,h0,w1,h1,...], got ", n_anchor),
-        Require("anchors", EachItem("anchors", "Gt", 0.0), "must all be positive, got ",
-                FirstFailing("anchors", "Gt", 0.0), " in ", ListOf("anchors", "python")),
-        Require("num_classes", classes.ge(1), "must be >= 1, got ", classes),
-        Require("stride", Attr("stride").ge(1), "must be >= 1, got ", Attr("stride")),
-        Let("a", n_anchor // 2),
-        Let("c", a * (Const(5) + classes)),
-        Require("raw", Rank(0).eq(4), "must have rank 4 [N,H,W,A*(5+C)], got ", ShapeOf(0)),
-        Require("raw", Dim(0, 3).eq(c), "last dim must be A*(5+C) = ", a, "*(5+", classes, ") = ", c, ", got ",
-                ShapeOf(0)),
-        Let("rows", Dim(0, 1) * Dim(0, 2) * a),
-        Out(0, [Dim(0, 0), rows, 4]),
-        Out(1, [Dim(0, 0), rows]),
-        Out(2, [Dim(0, 0), rows, classes]),
-    ]
-
-
-def _yolo_conv_bn_leaky(spec) -> List[Statement]:
-    t: List[Statement] = []
-    for arg, what in (("strides", "[sh,sw]"), ("dilations", "[dh,dw]")):
-        t.append(Require(arg, all_of(Len(arg).eq(2), EachItem(arg, "Ge", 1)), f"needs 2 positive values {what}, got ",
-                         ListOf(arg)))
-    t.append(Require("pads", all_of(Len("pads").eq(4), EachItem("pads", "Ge", 0)),
-                     "needs 4 non-negative values [top,left,bottom,right], got ", ListOf("pads")))
-    t.append(Require("x", Rank(0).eq(4), "must have rank 4 [N,H,W,Cin], got ", ShapeOf(0)))
-    t.append(Require("filter", Rank(1).eq(4), "must have rank 4 [KH,KW,Cin,Cout], got ", ShapeOf(1)))
-    t.append(Require("filter", Dim(0, 3).eq(Dim(1, 2)), "Cin mismatch: x ", ShapeOf(0), " has Cin=", Dim(0, 3),
-                     ", filter ", ShapeOf(1), " has Cin=", Dim(1, 2)))
-    cout = Var("cout")
-    t.append(Let("cout", Dim(1, 3)))
-    for i, arg in enumerate(spec.inputs[2:], start=2):
-        t.append(Require(arg.name, all_of(Rank(i).eq(1), Dim(i, 0).eq(cout)), "must have shape [Cout]=",
-                         DimsOf((cout,)), " (filter ", ShapeOf(1), "), got ", ShapeOf(i)))
-        t.append(Let("cout", Coalesce(cout, Dim(i, 0))))
-    for axis, ax in ((0, "h"), (1, "w")):
-        size, k = Dim(0, 1 + axis), Dim(1, axis)
-        s, d = Item("strides", axis), Item("dilations", axis)
-        before, after = Item("pads", axis), Item("pads", 2 + axis)
-        eff, num = Var(f"eff_{ax}"), Var(f"num_{ax}")
-        t += [Let(f"eff_{ax}", (k - 1) * d + 1),
-              Let(f"num_{ax}", size + before + after - eff + s),
-              Require("x", num.ge(0), f"{ax.upper()} axis of x ", ShapeOf(0), " with filter ", ShapeOf(1),
-                      ": computed output size would be negative: input ", Int(size), " + padding ", before, "+", after,
-                      ", effective filter ", eff, ", stride ", s),
-              Let(f"o_{ax}", num // s)]
-    return t + [Out(0, [Dim(0, 0), Var("o_h"), Var("o_w"), cout])]
-
-
-BUILTIN_TABLES: Dict[str, Callable] = {
-    "FusedLayerNorm": _fused_layer_norm,
-    "YoloDecode": _yolo_decode,
-    "YoloConvBnLeaky": _yolo_conv_bn_leaky,
-}
+def own_table(spec) -> Optional[Callable]:
+    """A built-in op's `table` from bridge/ascend/infer_shape/<module>.py, or None."""
+    if not ops.is_builtin(spec):  # a team's module name never picks a file of bridge's
+        return None
+    name = f"bridge.ascend.infer_shape.{spec.module}"
+    if importlib.util.find_spec(name) is None:
+        return None
+    return importlib.import_module(name).table
 
 
 # -- a team's op -------------------------------------------------------------------
@@ -127,7 +68,7 @@ def _scaffold_bias(spec) -> List[Statement]:
     return t + [OutSame(k, 0) for k in range(len(spec.outputs))]
 
 
-def _same_as_first_input(spec) -> List[Statement]:
+def same_as_first_input(spec) -> List[Statement]:
     """Every output takes the first input's shape; nothing is refused."""
     return [OutSame(k, 0) for k in range(len(spec.outputs))]
 
@@ -135,7 +76,7 @@ def _same_as_first_input(spec) -> List[Statement]:
 TEAM_PATTERNS: Tuple[Tuple[str, Callable], ...] = (
     ("last-axis parameters", _last_axis_params),
     ("last-axis bias (bridge op new)", _scaffold_bias),
-    ("same as the first input", _same_as_first_input),
+    ("same as the first input", same_as_first_input),
 )
 
 
@@ -226,11 +167,12 @@ def _table_of(spec) -> Tuple[str, Tuple[Statement, ...]]:
     hit = _TABLES.get(id(spec))
     if hit is not None and hit[0] is spec:
         return hit[1], hit[2]
-    name = spec.name
     if ops.is_builtin(spec):
-        if name not in BUILTIN_TABLES:
-            raise NoShapeTable(f"{name}: bridge's op has no GE shape table (bridge/ascend/ge_custom/tables.py)")
-        origin, table = "bridge's table", tuple(BUILTIN_TABLES[name](spec))
+        own = own_table(spec)
+        if own is None:
+            raise NoShapeTable(f"{spec.name}: bridge's op has no GE shape table "
+                               f"(bridge/ascend/infer_shape/{spec.module}.py with `table(spec)`)")
+        origin, table = OWN_ORIGIN, tuple(own(spec))
     else:
         origin, table = _team_table(spec)
     _TABLES[id(spec)] = (spec, origin, table)

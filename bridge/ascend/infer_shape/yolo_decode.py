@@ -1,23 +1,31 @@
-"""YoloDecode's GE custom operator (route 2): its C++ shape function, rows = H*W*A."""
+"""YoloDecode's GE shape function: rows = H*W*A, with A = len(anchors)/2."""
+from __future__ import annotations
 
-INFER_SHAPE = r'''
-  ge::TensorDesc raw = op.GetInputDescByName("raw");
-  std::vector<int64_t> s = raw.GetShape().GetDims();
-  std::vector<float> anchors;
-  int64_t num_classes = 0;
-  if (s.size() != 4 || op.GetAttr("anchors", anchors) != ge::GRAPH_SUCCESS ||
-      op.GetAttr("num_classes", num_classes) != ge::GRAPH_SUCCESS || anchors.size() < 2) {
-    return ge::GRAPH_FAILED;
-  }
-  const int64_t a = static_cast<int64_t>(anchors.size() / 2);
-  const int64_t rows = (s[1] < 0 || s[2] < 0) ? -1 : s[1] * s[2] * a;
-  const std::vector<std::pair<const char *, std::vector<int64_t>>> outs{
-      {"boxes", {s[0], rows, 4}}, {"objectness", {s[0], rows}}, {"class_probs", {s[0], rows, num_classes}}};
-  for (const auto &o : outs) {
-    ge::TensorDesc d = op.GetOutputDescByName(o.first);
-    d.SetShape(ge::Shape(o.second));
-    d.SetDataType(raw.GetDataType());
-    if (op.UpdateOutputDesc(o.first, d) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
-  }
-  return ge::GRAPH_SUCCESS;
-'''
+from typing import List
+
+from bridge.ascend.ge_custom.rules import (Attr, Const, Dim, EachItem, FirstFailing, Len, Let, ListOf, Out, Rank,
+                                           Require, ShapeOf, Statement, Var, all_of)
+
+
+def table(spec) -> List[Statement]:
+    n_anchor = Len("anchors")
+    classes = Attr("num_classes")
+    a, c = Var("a"), Var("c")
+    rows = Var("rows")
+    return [
+        Require("anchors", all_of(n_anchor.ne(0), (n_anchor - (n_anchor // 2) * 2).eq(0)),
+                "needs 2*A values [w0,h0,w1,h1,...], got ", n_anchor),
+        Require("anchors", EachItem("anchors", "Gt", 0.0), "must all be positive, got ",
+                FirstFailing("anchors", "Gt", 0.0), " in ", ListOf("anchors", "python")),
+        Require("num_classes", classes.ge(1), "must be >= 1, got ", classes),
+        Require("stride", Attr("stride").ge(1), "must be >= 1, got ", Attr("stride")),
+        Let("a", n_anchor // 2),
+        Let("c", a * (Const(5) + classes)),
+        Require("raw", Rank(0).eq(4), "must have rank 4 [N,H,W,A*(5+C)], got ", ShapeOf(0)),
+        Require("raw", Dim(0, 3).eq(c), "last dim must be A*(5+C) = ", a, "*(5+", classes, ") = ", c, ", got ",
+                ShapeOf(0)),
+        Let("rows", Dim(0, 1) * Dim(0, 2) * a),
+        Out(0, [Dim(0, 0), rows, 4]),
+        Out(1, [Dim(0, 0), rows]),
+        Out(2, [Dim(0, 0), rows, classes]),
+    ]
