@@ -28,8 +28,8 @@ def scratch(monkeypatch):
 
 
 def test_a_builtin_op_with_only_its_spec_file(scratch, rng):
-    import onnx_plugins
-    from onnx_plugins.functions import function_proto, op_module
+    from bridge import onnx_plugins
+    from bridge.onnx_plugins.functions import function_proto, op_module
 
     assert ops.is_builtin(scratch)
     f = function_proto(scratch, 18)

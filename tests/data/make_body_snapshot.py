@@ -44,7 +44,7 @@ OPS = ("FusedLayerNorm", "YoloConvBnLeaky", "YoloDecode")
 
 def snapshot():
     from ascend_models import CASES, one_op_model
-    from onnx_plugins import function_proto, inline_custom_ops
+    from bridge.onnx_plugins import function_proto, inline_custom_ops
 
     out = {"function": {}, "inline": {}}
     for name in OPS:
