@@ -49,3 +49,35 @@ def test_a_builtin_op_with_only_its_spec_file(scratch, rng):
     assert "ParseOpToGraphScratchNorm" in package_files()[plugin_file(scratch)]
     assert "no shape function of its own" in op_proto_source(scratch)   # no infer_shape/scratch_norm.py
     assert "no shape function of its own" not in op_proto_source(ops.get("YoloDecode"))
+
+
+def test_a_builtin_op_without_a_tf_side_leaves_the_others_working_and_shows_its_hole():
+    """tf_ops imports every built-in's <op>_op.py: one that has none (a spec-only
+    op) must not take the other ops' TensorFlow layer down, and `bridge ops`
+    names its hole (a subprocess: tf_ops reads the registry once per process)."""
+    import json
+    import subprocess
+    import sys
+    code = r'''
+import json
+from dataclasses import replace
+from bridge import ops
+spec = replace(ops.get("FusedLayerNorm"), name="ScratchNorm", module="scratch_norm")
+ops.SPECS[spec.name] = spec
+ops.ORIGINS[spec.name] = "bridge"
+import numpy as np
+from bridge import backends, tf_ops
+x = np.random.default_rng(0).standard_normal((3, 5)).astype(np.float32)
+y = tf_ops.fused_layer_norm(x, np.ones(5, np.float32), np.zeros(5, np.float32)).numpy()
+ref = ops.get("FusedLayerNorm").reference(x, np.ones(5), np.zeros(5))
+t = backends.table()
+print(json.dumps({"err": float(np.abs(y - ref).max()), "scratch": t["ScratchNorm"]["tf_cpu"],
+                  "norm": t["FusedLayerNorm"]["tf_cpu"], "holes": backends.holes(t)}))
+'''
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["err"] < 1e-5 and got["norm"] == "yes", got
+    assert "no tf_ops/scratch_norm.cc" in got["scratch"], got
+    assert any(h.startswith("TF CPU") and "['ScratchNorm'] do not" in h for h in got["holes"]), got
+    assert all(h.endswith("['ScratchNorm'] do not") for h in got["holes"]), got  # only the scratch op lacks

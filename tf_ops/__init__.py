@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
+import importlib.util
 import threading
 import types
 from pathlib import Path
@@ -92,9 +93,15 @@ def _dispatcher(mod):
 # and registers its gradient on import.
 composite = types.SimpleNamespace()
 _op_modules = {}
+_missing = {}  # op name -> why it has no TensorFlow side
 for _spec in _specs.all_specs():
     if not _specs.is_builtin(_spec):
         continue  # a team's op: its kernel comes with load_op_library (team_ops.py)
+    if importlib.util.find_spec(f"{__name__}.{_spec.module}_op") is None:
+        # An op of bridge's with no TensorFlow side yet (only its spec): the other
+        # ops' TF layer stands, and `bridge ops` shows this one's hole.
+        _missing[_spec.name] = f"no tf_ops/{_spec.module}.cc or {_spec.module}_op.py"
+        continue
     _mod = importlib.import_module(f"{__name__}.{_spec.module}_op")
     _op_modules[_spec.name] = _mod
     globals()[_spec.module] = _dispatcher(_mod)
@@ -130,6 +137,9 @@ def backend_status(spec) -> dict:
     if not _specs.is_builtin(spec):
         from . import team_ops
         return team_ops.backend_status(spec, devices)
+    if spec.name in _missing:
+        why = f"no: {_missing[spec.name]}"
+        return {"tf_cpu": why, "tf_gpu": why, "gradient": why, "composite": why}
     return {
         "tf_cpu": "yes" if "CPU" in devices else "no",
         "tf_gpu": "yes" if "GPU" in devices else "not built (bridge build --cuda)",
