@@ -76,7 +76,7 @@ def register_handler(spec):
     return tf_op(spec.name, domain=spec.domain)(handler)
 
 
-_team_handlers: Dict[str, type] = {}
+_team_handlers: Dict[str, type] = {}  # op -> the handler made from its spec (no module of its own)
 
 
 def register_all() -> Dict[str, str]:
@@ -88,8 +88,7 @@ def register_all() -> Dict[str, str]:
     status = {}
     for spec in specs.all_specs():
         if not specs.is_builtin(spec):  # a team's op: the one handler every op has, made from its spec
-            if spec.name not in _team_handlers:
-                _team_handlers[spec.name] = register_handler(spec)
+            _spec_handler(spec)
             status[spec.name] = "yes"
             continue
         try:
@@ -98,8 +97,15 @@ def register_all() -> Dict[str, str]:
         except ModuleNotFoundError as e:
             if e.name != f"bridge.converters.{spec.module}":
                 raise
-            status[spec.name] = f"no handler (converters/{spec.module}.py)"
+            _spec_handler(spec)  # a built-in op without converters/<op>.py: the same handler, from its spec
+            status[spec.name] = "yes"
     return status
+
+
+def _spec_handler(spec) -> type:
+    if spec.name not in _team_handlers:
+        _team_handlers[spec.name] = register_handler(spec)
+    return _team_handlers[spec.name]
 
 
 @contextlib.contextmanager

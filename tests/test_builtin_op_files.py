@@ -81,3 +81,12 @@ print(json.dumps({"err": float(np.abs(y - ref).max()), "scratch": t["ScratchNorm
     assert "no tf_ops/scratch_norm.cc" in got["scratch"], got
     assert any(h.startswith("TF CPU") and "['ScratchNorm'] do not" in h for h in got["holes"]), got
     assert all(h.endswith("['ScratchNorm'] do not") for h in got["holes"]), got  # only the scratch op lacks
+
+
+def test_a_builtin_op_without_a_converters_file_gets_the_spec_handler(scratch):
+    from tf2onnx.handler import tf_op
+    from bridge.converters import tf2onnx_common
+    status = tf2onnx_common.register_all()
+    assert status["ScratchNorm"] == "yes" and status["FusedLayerNorm"] == "yes"
+    handlers = {name for opset in tf_op.get_opsets()[scratch.domain] for name in opset}
+    assert "ScratchNorm" in handlers and "FusedLayerNorm" in handlers
