@@ -41,9 +41,26 @@ def node_rows(nodes):
 
 OPS = ("FusedLayerNorm", "YoloConvBnLeaky", "YoloDecode")
 
+# The one-op models the snapshot was taken on (tests/ascend_models.py's CASES at
+# 1a3e2db), fixed here: that table is now drawn from the specs' case tables.
+CASES = {
+    "FusedLayerNorm": [([(2, 3, 5), (5,), (5,)], dict(epsilon=1e-5)),
+                       ([(1, 1), (1,), (1,)], dict()),
+                       ([(0, 7), (7,), (7,)], dict(epsilon=1e-3))],
+    "YoloConvBnLeaky": [([(1, 7, 6, 3), (3, 3, 3, 4), (4,), (4,), (4,), (4,), (4,)],
+                         dict(strides=[2, 1], pads=[1, 0, 1, 2], dilations=[1, 1], epsilon=1e-3, alpha=0.1)),
+                        ([(2, 5, 5, 1), (1, 1, 1, 1), (1,), (1,), (1,), (1,), (1,)], dict()),
+                        ([(1, 9, 8, 2), (3, 2, 2, 3), (3,), (3,), (3,), (3,), (3,)],
+                         dict(strides=[1, 2], pads=[2, 1, 2, 1], dilations=[2, 1], alpha=0.2))],
+    "YoloDecode": [([(2, 3, 4, 2 * (5 + 3))], dict(anchors=[10., 13., 16., 30.], num_classes=3, stride=8,
+                                                   scale_x_y=1.05)),
+                   ([(1, 1, 1, 6)], dict(anchors=[5., 7.], num_classes=1, stride=32)),
+                   ([(1, 5, 3, 3 * (5 + 2))], dict(anchors=[1., 2., 3., 4., 5., 6.], num_classes=2, stride=16))],
+}
+
 
 def snapshot():
-    from ascend_models import CASES, one_op_model
+    from ascend_models import one_op_model
     from bridge.onnx_plugins import function_proto, inline_custom_ops
 
     out = {"function": {}, "inline": {}}
