@@ -159,28 +159,29 @@ def calibrate(model, feeds_list) -> None:
 
 
 def scale_residual_branches(model) -> int:
-    """Scales the BatchNormalization that ends each residual branch (a BN, or
-    a BN then dropout, added to a stream that is not one) by
+    """Scales the layer that ends each residual branch (its BatchNormalization,
+    or where none ends it, as in pre-activation ResNetV2, its convolution;
+    through dropout too) added to a stream that is not one, by
     1/sqrt(number of such branches), as training leaves them (a trained
     ResNet's last BN per block has gammas of a few tenths): at full scale
     each of ResNet101's 30 blocks grew float32 rounding ~1.3x, and TF float32
-    itself ended 1.5e-4 from float64. Returns how many; run before
-    calibrate_batchnorm, which keeps the scale."""
+    itself ended 1.5e-4 from float64 (ResNet101V2: 1.2e-4). Returns how
+    many; run before calibrate_batchnorm, which keeps the scale."""
     import keras
     branches = []
     for layer in model._flatten_layers(include_self=False, recursive=True):
         if not isinstance(layer, keras.layers.Add):
             continue
         ends = [_branch_end(node) for node in _inbound_layers(layer)]
-        bns = [e for e in ends if e is not None]
-        if len(bns) == 1 and len(ends) == 2:  # a projection shortcut (BN on both sides) is not a branch
-            branches.append(bns[0])
+        found = [e for e in ends if e is not None]
+        if len(found) == 1 and len(ends) == 2:  # a projection shortcut (BN or conv on both sides) is not a branch
+            branches.append(found[0])
     factor = 1.0 / np.sqrt(max(len(branches), 1))
-    for bn in branches:
-        if bn.scale:
-            bn.gamma.assign(bn.gamma.numpy() * factor)
-        if bn.center:
-            bn.beta.assign(bn.beta.numpy() * factor)
+    for end in branches:
+        for weight in ((end.gamma if end.scale else None, end.beta if end.center else None)
+                       if isinstance(end, keras.layers.BatchNormalization) else (end.kernel, end.bias)):
+            if weight is not None:
+                weight.assign(weight.numpy() * factor)
     return len(branches)
 
 
@@ -190,11 +191,11 @@ def _inbound_layers(layer) -> list:
 
 
 def _branch_end(layer):
-    """The BN that ends a residual branch at `layer` (through dropout), else None."""
+    """The BN or convolution that ends a residual branch at `layer` (through dropout), else None."""
     import keras
     while isinstance(layer, keras.layers.Dropout):
         layer = _inbound_layers(layer)[0]
-    return layer if isinstance(layer, keras.layers.BatchNormalization) else None
+    return layer if type(layer) in (keras.layers.BatchNormalization, keras.layers.Conv2D) else None
 
 
 def calibrate_batchnorm(model, feeds_list, passes: int = 2) -> int:

@@ -126,9 +126,9 @@ def test_classifier_logits_are_calibrated(offset, rng):
 
 
 def test_residual_branches_are_scaled():
-    """The BN ending each residual branch (directly or through dropout) is
-    scaled by 1/sqrt(branches); a projection shortcut (BN on both sides of the
-    Add) and the stream are not."""
+    """The BN ending each residual branch (directly or through dropout), or its
+    conv where no BN ends it, is scaled by 1/sqrt(branches); a projection
+    shortcut (BN on both sides of the Add) and the stream are not."""
     x = keras.Input((6, 6, 4))
     stream = keras.layers.ReLU()(keras.layers.BatchNormalization(name="stem")(keras.layers.Conv2D(4, 1)(x)))
     ends = []
@@ -139,13 +139,19 @@ def test_residual_branches_are_scaled():
         stream = keras.layers.Add()([stream, keras.layers.Dropout(0.2)(h) if drop else h])
     proj = [keras.layers.BatchNormalization(name=f"proj{i}") for i in range(2)]
     out = keras.layers.Add()([proj[0](keras.layers.Conv2D(4, 1)(stream)), proj[1](keras.layers.Conv2D(4, 1)(stream))])
+    conv = keras.layers.Conv2D(4, 3, padding="same", name="preact_end")   # a ResNetV2 branch ends in its conv
+    out = keras.layers.Add()([out, conv(keras.layers.ReLU()(keras.layers.BatchNormalization(name="pre")(out)))])
     model = keras.Model(x, out)
     for layer in model.layers:
         if isinstance(layer, keras.layers.BatchNormalization):
             layer.beta.assign(np.full(4, 0.5, np.float32))
-    assert _zoo().scale_residual_branches(model) == 3
+    kernel, bias = conv.kernel.numpy(), np.full(4, 0.5, np.float32)
+    conv.bias.assign(bias)
+    assert _zoo().scale_residual_branches(model) == 4
     for bn in ends:
-        np.testing.assert_allclose(bn.gamma.numpy(), 1 / np.sqrt(3), rtol=1e-6)
-        np.testing.assert_allclose(bn.beta.numpy(), 0.5 / np.sqrt(3), rtol=1e-6)
-    for bn in [model.get_layer("stem")] + proj:
+        np.testing.assert_allclose(bn.gamma.numpy(), 1 / 2, rtol=1e-6)
+        np.testing.assert_allclose(bn.beta.numpy(), 0.5 / 2, rtol=1e-6)
+    np.testing.assert_allclose(conv.kernel.numpy(), kernel / 2, rtol=1e-6)
+    np.testing.assert_allclose(conv.bias.numpy(), bias / 2, rtol=1e-6)
+    for bn in [model.get_layer("stem"), model.get_layer("pre")] + proj:
         assert np.all(bn.gamma.numpy() == 1) and np.all(bn.beta.numpy() == 0.5), bn.name
