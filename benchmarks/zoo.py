@@ -83,6 +83,8 @@ HEAVY = ("VGG16", "VGG19", "ResNet152", "ResNet152V2", "InceptionResNetV2", "NAS
 SEQ = 12  # token sequence length of the text backbones
 TEXT = dict(vocabulary_size=97, num_layers=2, num_heads=2, hidden_dim=16, intermediate_dim=32,
             max_sequence_length=32)
+DECODER = dict(vocabulary_size=97, num_layers=2, num_query_heads=2, num_key_value_heads=1, hidden_dim=16,
+               intermediate_dim=32)
 HUB = {  # keras_hub class: (small config, quick)
     "BertBackbone": (TEXT, True),
     "DistilBertBackbone": (TEXT, False),
@@ -95,6 +97,15 @@ HUB = {  # keras_hub class: (small config, quick)
     "DebertaV3Backbone": (dict(TEXT, bucket_size=8), False),
     "ViTBackbone": (dict(image_shape=(32, 32, 3), patch_size=8, num_layers=2, num_heads=2, hidden_dim=16,
                          mlp_dim=32), True),
+    "XLMRobertaBackbone": (TEXT, False),
+    "FNetBackbone": ({k: v for k, v in TEXT.items() if k != "num_heads"}, False),
+    # decoders: rotary positions, RMS norms, grouped-query attention
+    **{cls: (dict(DECODER, head_dim=8) if cls == "GemmaBackbone" else DECODER, False)
+       for cls in ("LlamaBackbone", "MistralBackbone", "QwenBackbone", "GemmaBackbone", "Phi3Backbone")},
+    **{cls: (dict({k: v for k, v in TEXT.items() if k != "max_sequence_length" or cls == "GPTNeoXBackbone"}), False)
+       for cls in ("BloomBackbone", "GPTNeoXBackbone")},
+    "FalconBackbone": ({"vocabulary_size": 97, "num_layers": 2, "num_attention_heads": 2, "hidden_dim": 16,
+                        "intermediate_dim": 32}, False),
 }
 
 
