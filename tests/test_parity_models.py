@@ -48,7 +48,8 @@ def test_planted_epsilon_is_the_first_divergence(tiny_yolo):
     finally:
         source.close()
     assert not report.passed
-    for row in report.runtimes[1:]:
+    assert report.runtimes[-1].name == "tf-float64"  # the float64 judge ran, and still failed them
+    for row in report.runtimes[1:-1]:
         assert not all(c.passed for c in row.outputs.values()), row.name
         first = row.layers.first_fail
         assert first is not None and first.node == target.name, (row.name, first and first.node, target.name)
