@@ -338,9 +338,11 @@ def _why(rc, out, err) -> str:
     if rc == 99:
         return err[:300]
     lines = [ln.strip() for ln in (err + "\n" + out).splitlines() if ln.strip() and "] " not in ln[:30]]
-    for ln in lines:
+    for i, ln in enumerate(lines):
         low = ln.lower()
         if "error" in low or "fail" in low or "cannot" in low or "refus" in low:
+            if ln.endswith(":") and i + 1 < len(lines):  # what it names is on the next line
+                ln = f"{ln} {lines[i + 1]}"
             return ln[:300]
     return (lines[-1] if lines else f"exit {rc}")[:300]
 
