@@ -224,3 +224,38 @@ def test_float64_twin_of_nested_models_and_what_it_refuses(rng):
     odd = keras.Model(inp, keras.layers.Dense(2, dtype="mixed_float16")(inp))
     with pytest.raises(NoFloat64, match="does not compute in float64"):
         keras_float64(odd)
+
+
+def test_a_copy_that_is_not_the_model_gives_no_float64_verdict(tmp_path):
+    """The float64 twin is rebuilt from the config; a layer whose config loses a
+    setting (here a scale set after construction) rebuilds as another model.
+    Its distance from TF float32 would excuse a runtime that far off: the judge
+    checks the copy at float32 first, refuses it, and the runtime stays FAIL."""
+    import keras
+    from bridge.parity import run_parity
+
+    @keras.saving.register_keras_serializable(package="test_float64_copy")
+    class Scale(keras.layers.Layer):
+        def __init__(self, **kw):
+            super().__init__(**kw)
+            self.k = 1.0
+
+        def call(self, x):
+            return x * self.k
+
+    inp = keras.Input((6,), name="x")
+    layer = Scale(name="scale")
+    model = keras.Model(inp, keras.layers.Dense(4, name="d")(layer(inp)))
+    layer.k = 3.0                                       # not in the config: the copy computes x * 1
+    x = np.random.default_rng(2).uniform(0.5, 1.0, (2, 6)).astype(np.float32)
+    tf32 = np.asarray(model(x), np.float64)
+    with pytest.raises(Exception, match="does not compute what the model does"):
+        from bridge.parity.float64 import float64_outputs
+        from bridge.parity import open_source
+        float64_outputs(open_source(model), {"x": x})
+    wrong = tf32 * (2 / 3)                              # a runtime off by a third of the bad copy's distance
+    npz = tmp_path / "board.npz"
+    np.savez(npz, d=wrong.astype(np.float32))
+    report = run_parity(model, runtimes=["tf"], inputs={"x": x}, load_outputs=[("board", str(npz))])
+    c = next(r for r in report.runtimes if r.name == "board").outputs["d"]
+    assert not report.passed and c.status == "FAIL" and "no float64 verdict" in c.note, c.note

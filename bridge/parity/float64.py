@@ -56,11 +56,13 @@ def _float64_config(obj):
     return obj
 
 
-def keras_float64(model):
+def keras_float64(model, dtype="float64"):
     """The same model computing in float64, its weights copied; NoFloat64 when
-    the copy would not be the same model in float64."""
+    the copy would not be the same model in float64. `dtype="float32"` rebuilds
+    the copy the same way at float32 (to check it is the model)."""
     try:
-        twin = model.__class__.from_config(_float64_config(model.get_config()))
+        config = model.get_config()
+        twin = model.__class__.from_config(_float64_config(config) if dtype == "float64" else config)
     except Exception as e:  # noqa: BLE001 - a model that does not rebuild from its config
         raise NoFloat64(f"the model does not rebuild from its config in float64 ({type(e).__name__}: "
                         f"{str(e).splitlines()[0][:120] if str(e) else ''})") from None
@@ -68,7 +70,9 @@ def keras_float64(model):
     theirs = twin.get_weights()
     if len(weights) != len(theirs) or any(np.shape(a) != np.shape(b) for a, b in zip(weights, theirs)):
         raise NoFloat64("its float64 copy has other weights than the model")
-    twin.set_weights([np.asarray(w, np.float64) if np.asarray(w).dtype.kind == "f" else w for w in weights])
+    twin.set_weights([np.asarray(w, dtype) if np.asarray(w).dtype.kind == "f" else w for w in weights])
+    if dtype != "float64":
+        return twin
     import keras
     lower = [layer.name for layer in twin._flatten_layers(include_self=False, recursive=True)
              if not isinstance(layer, keras.Model)  # a nested model's own policy is not what its layers run
@@ -83,7 +87,17 @@ def float64_outputs(source, arrays: Mapping[str, np.ndarray]) -> Dict[str, np.nd
     from bridge.parity.tf_common import KerasRunner
     if source.kind != "keras":
         raise NoFloat64(f"a {source.kind} model has no float64 twin (Keras models only)")
-    runner = KerasRunner(source, keras_float64(source.keras_model()))
+    model = source.keras_model()
+    # The copy is made the same way at float32 first: it must give TF float32's
+    # answer, else it is not the model (a config that does not rebuild what runs),
+    # and a distance from it would excuse anything
+    same = KerasRunner(source, keras_float64(model, "float32")).run(dict(arrays))
+    mine = KerasRunner(source, model).run(dict(arrays))
+    for k in source.output_names:
+        a, b = np.asarray(same.get(k)), np.asarray(mine.get(k))
+        if a.shape != b.shape or (a.dtype.kind == "f" and not cmp.compare(b, a, cmp.Tolerance(1e-5)).passed):
+            raise NoFloat64(f"its copy rebuilt from the config does not compute what the model does (output {k!r})")
+    runner = KerasRunner(source, keras_float64(model))
     wide = {k: v.astype(np.float64) if v.dtype.kind == "f" else v for k, v in arrays.items()}
     out = runner.run(wide)
     missing = [k for k in source.output_names if k not in out]
