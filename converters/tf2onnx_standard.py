@@ -6,12 +6,15 @@ but real Keras 3 models emit. Registered by `tf2onnx_common.register_all`.
   The subtraction loses relative precision where erfc is tiny (x > ~4), but GELU
   multiplies it by 0.5 * x there and adds nothing: the absolute error stays at
   float32 rounding of 1.
+- Complex, FFT2D, Real, Imag (keras.ops.fft2, FNet): converters/tf2onnx_fft.py.
 """
 from __future__ import annotations
 
 import numpy as np
 
-HANDLES_STANDARD = ("Erfc",)
+from .tf2onnx_fft import HANDLES_FFT
+
+HANDLES_STANDARD = ("Erfc",) + HANDLES_FFT  # the zoo takes these out for its plain tf2onnx run
 _registered = False
 
 
@@ -40,4 +43,6 @@ def register() -> None:
             ctx.make_node("Sub", [one.output[0], erf.output[0]], outputs=node.output, name=node.name,
                           shapes=[shapes], dtypes=[dtypes])
 
+    from . import tf2onnx_fft
+    tf2onnx_fft.register()
     _registered = True
