@@ -102,18 +102,6 @@ class Bin(Expr):
 
 
 @dataclass(frozen=True, eq=False)
-class AsFloat(Expr):
-    a: Expr
-    kind: str = "float"
-
-    def eval(self, attrs):
-        return float(self.a.eval(attrs))
-
-    def cpp(self):
-        return f"static_cast<float>({self.a.cpp()})"
-
-
-@dataclass(frozen=True, eq=False)
 class List(Expr):
     """A list built from scalars, e.g. [1, 1, 2, 1, num_classes]."""
     items: Tuple[Expr, ...]
