@@ -377,12 +377,7 @@ def ort_library_build(folder, portable: Optional[bool] = None) -> "Build":
     version, compiler and CPU."""
     from bridge.onnx_plugins import ort_headers
     folder, name = _team_folder(folder)
-    include = ort_headers.find(cache_root())
-    if include is None:
-        try:
-            include = ort_headers.fetch(cache_root())
-        except ort_headers.HeaderError as e:
-            raise BuildError(str(e)) from e
+    include = _ort_include(fetch=True)
     cpu_cmake = _package_dir("bridge.tf_ops") / "cpu" / "native.cmake"
     version = ort_headers.api_version(include)
     return Build(name=f"ortlib-{name}", source_dir=folder, binds_to=f"ort{version}", target_file=f"lib{name}.so",
@@ -405,6 +400,19 @@ def onednn_root() -> Optional[Path]:
     return None
 
 
+def _ort_include(fetch: bool) -> Optional[Path]:
+    """onnxruntime's C headers: found (ORT_INCLUDE_DIR, the cache), else fetched
+    into the cache when `fetch`, else None."""
+    from bridge.onnx_plugins import ort_headers
+    include = ort_headers.find(cache_root())
+    if include is None and fetch:
+        try:
+            include = ort_headers.fetch(cache_root())
+        except ort_headers.HeaderError as e:
+            raise BuildError(str(e)) from e
+    return include
+
+
 def ort_build(portable: Optional[bool] = None, fetch: bool = True) -> Optional[Build]:
     """The onnxruntime custom-op library (onnx_plugins/native), built against
     onnxruntime's C headers: `ORT_INCLUDE_DIR`, or Debian's libonnxruntime-dev
@@ -412,14 +420,9 @@ def ort_build(portable: Optional[bool] = None, fetch: bool = True) -> Optional[B
     headers' API version and loads into every onnxruntime that serves it.
     With fetch=False, returns None instead of fetching missing headers."""
     from bridge.onnx_plugins import ort_headers
-    include = ort_headers.find(cache_root())
+    include = _ort_include(fetch)
     if include is None:
-        if not fetch:
-            return None
-        try:
-            include = ort_headers.fetch(cache_root())
-        except ort_headers.HeaderError as e:
-            raise BuildError(str(e)) from e
+        return None
     source = _package_dir("bridge.onnx_plugins") / "native"
     # The framework-free cores (bridge/kernels) are shared with the TensorFlow kernels,
     # and so is tf_ops/cpu/native.cmake.
