@@ -50,6 +50,15 @@ def _check_producer(ctx, node) -> None:
             f"only from Complex (tf.complex) or a cast of a real tensor, through FFT2D")
 
 
+def _take_fft2d_input(ctx, node) -> None:
+    """FFT2D's input in the float [..., 2] layout, its output going only where
+    that layout is read; else a ValueError naming the op in the way."""
+    if _is_complex_cast(ctx, node.inputs[0]):  # tf.cast(real, complex64): tf2onnx made an ONNX Cast
+        _to_layout(ctx, node.inputs[0], node.inputs[0].input[0], None)
+    _check_producer(ctx, node)
+    _check_consumers(ctx, node)
+
+
 def _to_layout(ctx, node, real: str, imag) -> None:
     """Replaces `node` (complex output from `real` and `imag`, None for zeros)
     by the float [..., 2] tensor under the same output name."""
@@ -142,18 +151,12 @@ def register() -> None:
     class FFT2D:  # noqa: F841
         @classmethod
         def version_1(cls, ctx, node, **kwargs):
-            if _is_complex_cast(ctx, node.inputs[0]):
-                _to_layout(ctx, node.inputs[0], node.inputs[0].input[0], None)
-            _check_producer(ctx, node)
-            _check_consumers(ctx, node)
+            _take_fft2d_input(ctx, node)
             _fft2d_matmul(ctx, node)
 
         @classmethod
         def version_17(cls, ctx, node, **kwargs):
-            if _is_complex_cast(ctx, node.inputs[0]):  # tf.cast(real, complex64): tf2onnx made an ONNX Cast
-                _to_layout(ctx, node.inputs[0], node.inputs[0].input[0], None)
-            _check_producer(ctx, node)
-            _check_consumers(ctx, node)
+            _take_fft2d_input(ctx, node)
             out = node.output[0]
             shape = ctx.get_shape(out)
             dtype = _float_of(ctx, out)
