@@ -188,7 +188,7 @@ class _Rewriter:
             if node.is_input or op is None:
                 continue
             for matcher in self.matchers:
-                if id(node) not in self.anchors and id(node) not in self.absorbed:
+                if not self.taken(node):
                     matcher.match(self, node)
             if node.arguments.kwargs.get("training") is True and self.training_from is None:
                 # Keras 3 passes an explicit training=True on to every layer called
