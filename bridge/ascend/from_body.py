@@ -156,12 +156,10 @@ class GeBody:
         return self._cast(x, self.types[like], None)
 
     def reduce_mean(self, x: str, axes: Sequence[int], keepdims: int = 1) -> str:
-        value = self.g.op("ReduceMean", self._value(x), axes=tuple(int(a) for a in axes), keepdims=int(keepdims))
-        return self._put(None, "reducemean", value, self.types[x])
+        return self.op("ReduceMean", x, axes=tuple(int(a) for a in axes), keepdims=int(keepdims))
 
     def unsqueeze(self, x: str, axes: Sequence[int]) -> str:
-        value = self.g.op("Unsqueeze", self._value(x), axes=tuple(int(a) for a in axes))
-        return self._put(None, "unsqueeze", value, self.types[x])
+        return self.op("Unsqueeze", x, axes=tuple(int(a) for a in axes))
 
     def size_of(self, name: str) -> str:
         """An int attribute as a [1] int64 tensor that `split` also takes as a size."""
