@@ -150,10 +150,10 @@ def kind(op) -> str:
 
 
 class _Rewriter:
-    def __init__(self, graph, report, found=None):
+    def __init__(self, graph, report, found):
         self.g = graph
         self.report = report
-        self.matchers = matchers() if found is None else found
+        self.matchers = found
         self.nodes = [n for d in sorted(graph._nodes_by_depth, reverse=True) for n in graph._nodes_by_depth[d]]
         self.producer = {id(t): n for n in self.nodes for t in n.outputs}
         self.consumers = defaultdict(list)
