@@ -149,6 +149,11 @@ def kind(op) -> str:
     return f"{type(op).__name__} '{op.name}'"
 
 
+def built_input_shape(layer):
+    """The input shape `layer` was built with (Keras's private record), or None if it never was."""
+    return (getattr(layer, "_build_shapes_dict", None) or {}).get("input_shape")
+
+
 class _Rewriter:
     def __init__(self, graph, report, found):
         self.g = graph

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from bridge.ops import OpError, fusion
 
-from .fuse import kind
+from .fuse import built_input_shape, kind
 
 
 def _is(layer, link) -> bool:
@@ -139,7 +139,7 @@ class ChainMatcher:
         """One layer standing for `layer`: the kept layer (if any) and the op in a
         Sequential, built and holding its weights; or None (reported)."""
         import keras
-        shape = (getattr(layer, "_build_shapes_dict", None) or {}).get("input_shape")
+        shape = built_input_shape(layer)
         skip = lambda why: rw.report.skip(self.key, [label], f"{where}: {why}")  # noqa: E731
         if shape is None:
             return skip(f"{kind(layer)} was never called (no input shape)")

@@ -6,6 +6,8 @@ transformer blocks: `is_sublayer` / `fuse_sublayer`, used by the rewriter's
 copy of that layer). RMS norms are near misses."""
 from __future__ import annotations
 
+from .fuse import built_input_shape
+
 KEY = "layer_norm"
 
 
@@ -54,7 +56,7 @@ def is_sublayer(layer) -> bool:
 
 def fuse_sublayer(rw, ln, label, where):
     """A built FusedLayerNormalization holding `ln`'s weights, or None (reported)."""
-    shape = (getattr(ln, "_build_shapes_dict", None) or {}).get("input_shape")
+    shape = built_input_shape(ln)
     problem = ("LayerNormalization was never called (no input shape)" if shape is None
                else _norm_problem(ln, len(shape)))
     if problem:
