@@ -34,7 +34,7 @@ class FuseReport:
     model: str
     fused_model: str = ""
     blocks: List[Block] = field(default_factory=list)
-    skips: Dict[str, List[Skip]] = field(default_factory=lambda: {k: [] for k in patterns()})
+    skips: Dict[str, List[Skip]] = field(default_factory=dict)  # pattern -> its near misses (only those with any)
     notes: List[str] = field(default_factory=list)
     folds: Dict[str, int] = field(default_factory=dict)  # pattern -> matches folded into another's fused layer
 
