@@ -459,7 +459,9 @@ def _shape_map(args):
 
 def _verdict(rc, out, err) -> str:
     if rc == 0:
-        return "pass"
+        ill = [c for c in json.loads(out).get("checks", []) if c.get("status") == ILL] \
+            if out.strip().startswith("{") else []
+        return f"{ILL}: {ill[0]['output']}: {ill[0]['note']}"[:240] if ill else "pass"
     if rc == 1 and out.strip().startswith("{"):
         data = json.loads(out)
         bad = [c for c in data.get("checks", []) if not c["passed"]]

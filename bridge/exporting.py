@@ -29,6 +29,13 @@ class Check:
     allowed: float              # the bound the error was held to
     passed: bool
     note: str = ""
+    # pass | FAIL | ill-conditioned: TF float32 itself is as far from the model's float64
+    # answer (bridge.parity.conditioning); such an output passes, and the note says why
+    status: str = ""
+
+    def __post_init__(self):
+        if not self.status:
+            self.status = "pass" if self.passed else "FAIL"
 
 
 @dataclass

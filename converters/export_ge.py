@@ -38,7 +38,7 @@ from bridge import atomic
 from bridge.exporting import Check, ExportError, ExportResult, OptionError, quiet
 from bridge.untrusted import UntrustedNameError, file_stems, inside, md_cell, md_code, shell_word, shown, write_npz
 
-from .shared_steps import compare_outputs, model_to_export, tf_outputs
+from .shared_steps import compare_outputs, float64_reference, model_to_export, tf_outputs
 
 DESCRIPTION = "Ascend GE/ATC: a static ONNX for ATC, the OPP plugin package, atc.sh and a README"
 MODES = ()
@@ -390,8 +390,9 @@ def export(source, output: str, *, mode=None, opset: Optional[int] = None, fuse:
     if verify and fn is not None:
         with progress.stage("verifying the plugin routes"):
             ref = tf_outputs(fn, feeds, [i.name for i in source.inputs])
+            float64 = float64_reference(source, feeds)
             for run, got in run_routes(ge, feeds, route).items():
-                for c in compare_outputs(got, ref, atol):
+                for c in compare_outputs(got, ref, atol, float64=float64):
                     c.output = f"{c.output} [{run}]"
                     checks.append(c)
     elif verify:

@@ -30,7 +30,7 @@ import numpy as np
 from bridge import atomic
 from bridge.exporting import Check, ExportError, ExportResult, OptionError, Progress, quiet
 
-from .shared_steps import compare_outputs, model_to_export, tf_outputs
+from .shared_steps import compare_outputs, float64_reference, model_to_export, tf_outputs
 
 DESCRIPTION = "ONNX: fused ops as com.bridge nodes with function bodies (custom) or standard ops only (lowered)"
 MODES = ("custom", "lowered")     # the first is the default
@@ -476,7 +476,7 @@ def export(source, output: str, *, mode: Optional[str] = None, opset: Optional[i
                 raise ExportError(f"the export was written ({files[0]}) but onnxruntime cannot run it: "
                                   f"{_first_line(e)}. This is a fault of the converted graph, not of the "
                                   f"model: try another --opset, and report it with the model") from None
-            checks = compare_outputs(got, ref, atol)
+            checks = compare_outputs(got, ref, atol, float64=float64_reference(source, feeds))
     return ExportResult(output=files[0], format="onnx", files=files, summary=summary, checks=checks,
                         seconds=dict(progress.seconds), details=details)
 

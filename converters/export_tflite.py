@@ -35,7 +35,7 @@ from bridge import atomic
 from bridge import ops as specs
 from bridge.exporting import Check, ExportError, ExportResult, OptionError, Progress, quiet
 
-from .shared_steps import compare_outputs, model_to_export, tf_outputs
+from .shared_steps import compare_outputs, float64_reference, model_to_export, tf_outputs
 
 DESCRIPTION = "TFLite: builtins only (lowered: fused ops as their composites) or the fused ops as custom ops"
 MODES = ("lowered", "custom")     # the first is the default
@@ -314,12 +314,14 @@ def run_tflite(data: bytes, feeds: Mapping[str, np.ndarray], delegates: bool = T
 
 
 def check_against(data: bytes, fn, feeds: Mapping[str, np.ndarray], order: Sequence[str], quantize: str,
-                  atol: Optional[float] = None, runner=None) -> List[Check]:
+                  atol: Optional[float] = None, runner=None, float64=None) -> List[Check]:
     """Per output: the file on ai_edge_litert (or `runner(data, feeds)`: bridge's
     LiteRT kernels for custom ops) against `fn` in TensorFlow, under the parity
-    rule; the quantisation's bound replaces the dtype default."""
+    rule; the quantisation's bound replaces the dtype default. `float64`: see
+    shared_steps.compare_outputs."""
     ref = tf_outputs(fn, feeds, order)
-    return compare_outputs((runner or run_tflite)(data, feeds), ref, atol, bound=QUANTIZE_BOUND[quantize])
+    return compare_outputs((runner or run_tflite)(data, feeds), ref, atol, bound=QUANTIZE_BOUND[quantize],
+                           float64=float64)
 
 
 def _custom_runner(codes):
@@ -377,7 +379,7 @@ def export(source, output: str, *, mode: Optional[str] = None, quantize: Optiona
             feeds = source.sample_inputs(seed=seed)
             # against the model as given (unfused): the fusion is part of what is checked
             checks = check_against(data, source.function(), feeds, [i.name for i in source.inputs], quantize, atol,
-                                   runner=runner)
+                                   runner=runner, float64=float64_reference(source, feeds))
     elif verify:
         not_verified = NO_CUSTOM_KERNELS
     return ExportResult(output=path, format="tflite", files=[path], summary=summary, checks=checks,

@@ -259,3 +259,67 @@ def test_a_copy_that_is_not_the_model_gives_no_float64_verdict(tmp_path):
     report = run_parity(model, runtimes=["tf"], inputs={"x": x}, load_outputs=[("board", str(npz))])
     c = next(r for r in report.runtimes if r.name == "board").outputs["d"]
     assert not report.passed and c.status == "FAIL" and "no float64 verdict" in c.note, c.note
+
+
+# -- the export's own check (bridge export) uses the same float64 rule -------------
+def _export_checks(cancelling, got, float64):
+    from bridge.converters.shared_steps import compare_outputs
+    return compare_outputs({"diff": got.astype(np.float32)}, {"diff": cancelling["tf32"].astype(np.float32)},
+                           float64=float64)
+
+
+@pytest.mark.parametrize("bug", [None, "1% scale", "NaN", "4x TF's error"])
+def test_export_check_decides_by_float64_and_fails_planted_bugs(cancelling, bug):
+    f64, tf32 = cancelling["f64"], cancelling["tf32"]
+    got = 2 * f64 - tf32                                 # as far from float64 as TF float32, on the other side
+    if bug == "1% scale":
+        got = got * 1.01
+    elif bug == "NaN":
+        got[1, 3] = np.nan
+    elif bug == "4x TF's error":
+        got = f64 + 4 * (f64 - tf32)
+    calls = []
+    (c,) = _export_checks(cancelling, got, lambda: calls.append(1) or {"diff": f64})
+    without = _export_checks(cancelling, got, None)[0]   # no twin: the plain verdict
+    assert not without.passed and without.status == "FAIL"
+    if bug is None:
+        assert c.passed and c.status == ILL_CONDITIONED and "TF float32 itself" in c.note, c.note
+    else:
+        assert not c.passed and c.status == "FAIL", c.note
+    assert len(calls) == (0 if bug == "NaN" else 1)      # a NaN fails without asking float64
+
+
+def test_export_check_asks_float64_only_for_failures_and_says_when_there_is_none(cancelling):
+    from bridge.parity.float64 import NoFloat64
+    tf32 = cancelling["tf32"]
+    calls = []
+    (ok,) = _export_checks(cancelling, tf32.copy(), lambda: calls.append(1))
+    assert ok.passed and ok.status == "pass" and calls == []
+
+    def none():
+        raise NoFloat64("a made-up reason")
+    (c,) = _export_checks(cancelling, 2 * cancelling["f64"] - tf32, none)
+    assert not c.passed and c.status == "FAIL" and "no float64 verdict: a made-up reason" in c.note
+
+
+def test_bridge_export_marks_an_ill_conditioned_output(cancelling, tmp_path, monkeypatch, capsys):
+    """End to end through `bridge export --to onnx`: onnxruntime (planted) lands as
+    far from the float64 answer as TF float32 does: the check is ill-conditioned,
+    the command exits 0 and says why; off by 4x TF's error, it exits 1."""
+    import json
+    from bridge.cli import main
+    from bridge.converters import export_onnx
+    import keras
+    model = keras.models.load_model(cancelling["path"])
+    w1, w2 = [np.asarray(w, np.float64) for w in model.get_weights()]
+    for planted, rc_want, status in [(lambda f64, tf: 2 * f64 - tf, 0, ILL_CONDITIONED),
+                                     (lambda f64, tf: f64 + 4 * (f64 - tf), 1, "FAIL")]:
+        def run_onnx(path, feeds, mode, planted=planted):
+            x = feeds["x"]
+            return {"diff": planted(x.astype(np.float64) @ w1 @ w2, np.asarray(model(x), np.float64))
+                    .astype(np.float32)}
+        monkeypatch.setattr(export_onnx, "run_onnx", run_onnx)
+        rc = main(["export", cancelling["path"], "--to", "onnx", "-o", str(tmp_path / "c.onnx"), "--json"])
+        out = json.loads(capsys.readouterr().out)
+        (check,) = out["checks"]
+        assert rc == rc_want and check["status"] == status and out["ok"] == (rc == 0), check

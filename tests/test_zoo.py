@@ -155,3 +155,18 @@ def test_residual_branches_are_scaled():
     np.testing.assert_allclose(conv.bias.numpy(), bias / 2, rtol=1e-6)
     for bn in [model.get_layer("stem"), model.get_layer("pre")] + proj:
         assert np.all(bn.gamma.numpy() == 1) and np.all(bn.beta.numpy() == 0.5), bn.name
+
+
+def test_export_verdicts_read_from_bridge_export_json():
+    """The zoo's onnx/tflite/ge columns come from `bridge export --json`: an
+    ill-conditioned check (rc 0, status ill-conditioned) is its own mark, not ok."""
+    zoo = _zoo()
+
+    def out(status, passed):
+        return json.dumps({"checks": [{"output": "probs", "max_abs_error": 2e-4, "allowed": 1e-4,
+                                       "passed": passed, "status": status, "note": "TF float32 itself is off"}]})
+    assert zoo._verdict(0, out("pass", True), "") == "pass"
+    ill = zoo._verdict(0, out(zoo.ILL, True), "")
+    assert zoo._mark(ill) == "ill" and "probs" in ill and "TF float32 itself" in ill
+    assert zoo._mark(zoo._verdict(1, out("FAIL", False), "")) == "FAIL"
+    assert zoo._verdict(0, "", "") == "pass"

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Callable, Dict, List, Mapping
+from typing import Callable, Dict, List, Mapping, Sequence
 
 import numpy as np
 
@@ -84,29 +84,34 @@ def keras_float64(model, dtype="float64"):
 
 
 def float64_outputs(source, arrays: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
-    from bridge.parity.tf_common import KerasRunner
+    """The float64 answer of a parity source's Keras model (NoFloat64 for other kinds)."""
     if source.kind != "keras":
         raise NoFloat64(f"a {source.kind} model has no float64 twin (Keras models only)")
-    model = source.keras_model()
+    return twin_outputs(source.keras_model(), source.output_names, arrays)
+
+
+def twin_outputs(model, output_names: Sequence[str], arrays: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
+    """{output: float64 answer} of the Keras `model` on `arrays`; NoFloat64 when
+    it has no trustworthy float64 twin."""
+    from bridge.parity.tf_common import run_keras
     # The copy is made the same way at float32 first: it must give TF float32's
     # answer, else it is not the model (a config that does not rebuild what runs),
     # and a distance from it would excuse anything
-    same = KerasRunner(source, keras_float64(model, "float32")).run(dict(arrays))
-    mine = KerasRunner(source, model).run(dict(arrays))
-    for k in source.output_names:
+    same = run_keras(keras_float64(model, "float32"), output_names, dict(arrays))
+    mine = run_keras(model, output_names, dict(arrays))
+    for k in output_names:
         a, b = np.asarray(same.get(k)), np.asarray(mine.get(k))
         if a.shape != b.shape or (a.dtype.kind == "f" and not cmp.compare(b, a, cmp.Tolerance(1e-5)).passed):
             raise NoFloat64(f"its copy rebuilt from the config does not compute what the model does (output {k!r})")
-    runner = KerasRunner(source, keras_float64(model))
     wide = {k: v.astype(np.float64) if v.dtype.kind == "f" else v for k, v in arrays.items()}
-    out = runner.run(wide)
-    missing = [k for k in source.output_names if k not in out]
+    out = run_keras(keras_float64(model), output_names, wide)
+    missing = [k for k in output_names if k not in out]
     if missing:
         raise NoFloat64(f"the float64 run has no output {missing[0]!r}")
-    nan = [k for k in source.output_names if np.asarray(out[k]).dtype.kind == "f" and np.isnan(out[k]).any()]
+    nan = [k for k in output_names if np.asarray(out[k]).dtype.kind == "f" and np.isnan(out[k]).any()]
     if nan:
         raise NoFloat64(f"the float64 run produced NaN in {nan[0]!r}")
-    return {k: np.asarray(out[k]) for k in source.output_names}
+    return {k: np.asarray(out[k]) for k in output_names}
 
 
 def rejudge(source, arrays: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray],

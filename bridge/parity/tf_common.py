@@ -21,6 +21,19 @@ def _numpy(x) -> np.ndarray:
     return np.asarray(x.numpy() if hasattr(x, "numpy") else x)
 
 
+def _named(out, output_names: Sequence[str]) -> Arrays:
+    if isinstance(out, dict):
+        return {k: _numpy(v) for k, v in out.items()}
+    if not isinstance(out, (list, tuple)):
+        out = [out]
+    return dict(zip(output_names, (_numpy(o) for o in out)))
+
+
+def run_keras(model, output_names: Sequence[str], inputs: Mapping[str, np.ndarray]) -> Arrays:
+    """{output: array} of a Keras model in inference mode on `inputs` (by input name)."""
+    return _named(model(_args(model, inputs), training=False), output_names)
+
+
 class KerasRunner:
     """`aliases` maps a layer name of `model` to the canonical (unfused) layer
     name it stands for; layers of `model` that have no canonical name are not
@@ -37,15 +50,8 @@ class KerasRunner:
             if mapped in canonical and mapped not in self.layers:
                 self.layers[mapped] = tensor
 
-    def _outputs(self, out) -> Arrays:
-        if isinstance(out, dict):
-            return {k: _numpy(v) for k, v in out.items()}
-        if not isinstance(out, (list, tuple)):
-            out = [out]
-        return dict(zip(self.source.output_names, (_numpy(o) for o in out)))
-
     def run(self, inputs) -> Arrays:
-        return self._outputs(self.model(_args(self.model, inputs), training=False))
+        return run_keras(self.model, self.source.output_names, inputs)
 
     def layer_names(self) -> List[str]:
         return list(self.layers)
