@@ -150,15 +150,19 @@ def test_sessions_run_the_team_kernel_where_asked_and_the_body_elsewhere(library
     assert counts == {"all": 1, "fastest": 1, "none": 0, "['FusedBiasGelu']": 1}, counts
 
 
-def _parity_ort(savedmodel, ort_library, report):
-    return _bridge("parity", savedmodel, "--runtimes", "tf,ort", "--input-shape", "tokens:2,5,32", "--op-spec",
+def _parity_ort(savedmodel, ort_library, report, runtimes="tf,ort"):
+    return _bridge("parity", savedmodel, "--runtimes", runtimes, "--input-shape", "tokens:2,5,32", "--op-spec",
                    SPEC_FILE, "--op-library", EXAMPLE, "--ort-library", ort_library, "--json", report)
 
 
 def test_parity_ort_runs_the_team_kernel(savedmodel, library, tmp_path):
-    done = _parity_ort(savedmodel, ORT_FOLDER, tmp_path / "parity.json")
+    """`ort` and `ge` (the GE-bound export, the team kernel standing in for its
+    Ascend one) both run the team's library."""
+    done = _parity_ort(savedmodel, ORT_FOLDER, tmp_path / "parity.json", runtimes="tf,ort,ge")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "PASS" in done.stdout and '"ort"' in (tmp_path / "parity.json").read_text()
+    rows = {r["name"]: r for r in json.loads((tmp_path / "parity.json").read_text())["runtimes"]}
+    assert "PASS" in done.stdout and {"ort", "ge"} <= set(rows), sorted(rows)
+    assert all(o["status"] == "pass" for name in ("ort", "ge") for o in rows[name]["outputs"].values()), rows["ge"]
 
 
 @pytest.mark.slow

@@ -27,12 +27,16 @@ class GE(OnnxRuntime):
     def onnx_model(self, source):
         model = super().onnx_model(source)
         from bridge import ops
+        from bridge.onnx_plugins import team_libraries
         from bridge.parity.runtime import Unavailable
+        # this route runs native kernels in place of the Ascend ones: a team op needs its own
+        # onnxruntime library (--ort-library), else there is nothing to stand in for its kernel
         team = sorted({n.op_type for n in model.graph.node
-                       if (s := ops.for_node(n.domain, n.op_type)) is not None and not ops.is_builtin(s)})
-        if team:  # this route runs bridge's native kernels; a team op has none here
+                       if (s := ops.for_node(n.domain, n.op_type)) is not None and not ops.is_builtin(s)
+                       and not team_libraries.library_for(s.name)})
+        if team:
             raise Unavailable(f"{', '.join(team)} has no onnxruntime kernel here to stand in for its Ascend kernel "
-                              f"(the ge-builtin row checks its GE expansion)")
+                              f"(give one with {team_libraries.FLAG}; the ge-builtin row checks its GE expansion)")
         note = getattr(source, "ge_opset_note", "")
         if note:
             self.description = self.description.replace(f"ATC opset {DEFAULT_OPSET}", f"ATC {note}")
