@@ -197,6 +197,27 @@ def test_multiply_adds_of_conv_matmul_gemm():
     assert multiply_adds(model) == 96 * 27 + 19 * 4 * 5 + 19 * 2 * 4
 
 
+@pytest.mark.parametrize("cout", [7, 32])
+def test_multiply_adds_count_a_fused_op_by_its_body(cout, rng):
+    """A com.bridge::YoloConvBnLeaky node (NHWC, filter [KH,KW,Cin,Cout], stride 2)
+    counts as its body's Conv: out elements x KH*KW*Cin; a filter large enough to
+    become a typed input for the inference (cout 32: 5.8 kB) counts the same."""
+    from bridge import ops
+    from bridge.parity.cost import SMALL_BYTES, multiply_adds
+    kh, kw, cin = 3, 3, 5
+    filt = rng.standard_normal((kh, kw, cin, cout)).astype(np.float32)
+    inits = [helper.make_tensor("f", TensorProto.FLOAT, filt.shape, filt.ravel())]
+    inits += [helper.make_tensor(k, TensorProto.FLOAT, [cout], rng.uniform(0.5, 1, cout).astype(np.float32))
+              for k in ("b", "g", "be", "m", "v")]
+    node = helper.make_node("YoloConvBnLeaky", ["x", "f", "b", "g", "be", "m", "v"], ["y"], domain=ops.DOMAIN,
+                            strides=[2, 2], pads=[1, 1, 1, 1])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 9, 11, cin])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(ops.DOMAIN, 1)])
+    assert (filt.nbytes > SMALL_BYTES) == (cout == 32)
+    assert multiply_adds(model) == (2 * 5 * 6 * cout) * kh * kw * cin
+
+
 def test_loaded_ge_outputs_follow_the_ge_models_order(yolo, yolo_report, tmp_path):
     """msame's .bin files come in the GE model's output order: loaded under the
     name `ge`, they are read in that order, and a perturbed one fails."""
