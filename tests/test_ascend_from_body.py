@@ -7,6 +7,8 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import replace
 
+import inspect
+
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -162,3 +164,16 @@ def test_a_body_with_every_helper_maps_and_matches(opset, rng, fresh_decompositi
     assert "b.Make(\"s" in package_files()[plugin_file(spec)]
     for case in range(len(CASES[spec.name])):
         assert _excess(spec.name, case, rng, opset=opset) <= 1, case
+
+
+def test_every_mapped_kind_has_a_ge_operator_and_an_onnx_rendering():
+    """ONNX_TO_GE's kinds are what both renderers must take: the C++ plugin's GE
+    operator table and the ONNX expansion (a kind missing from either is a hole)."""
+    from bridge.ascend import render_onnx
+    from bridge.ascend.from_body import ONNX_TO_GE
+    from bridge.ascend.render_cpp import GE_OPS
+    kinds = {m.kind for m in ONNX_TO_GE.values()}
+    assert kinds - set(GE_OPS) == set()
+    source = inspect.getsource(render_onnx._emit)
+    unrendered = [k for k in kinds - set(render_onnx.SAME_KIND) if f'k == "{k}"' not in source]
+    assert unrendered == []

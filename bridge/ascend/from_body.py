@@ -34,8 +34,11 @@ class Mapping:
     fixed: Dict[str, Any] = field(default_factory=dict)
 
 
-_SAME = {op: Mapping(op) for op in ("Add", "Sub", "Mul", "Div", "Sqrt", "Sigmoid", "Exp", "Erf", "Tanh", "Relu",
-                                    "Neg", "Abs", "Pow", "Shape", "Range", "Reshape", "Slice")}
+# ONNX ops that are the decomposition kind of the same name, without parameters
+# (rendered back to ONNX as they came: render_onnx)
+SAME_KIND = ("Add", "Sub", "Mul", "Div", "Sqrt", "Sigmoid", "Exp", "Erf", "Tanh", "Relu", "Neg", "Abs", "Pow",
+             "Shape", "Range", "Reshape", "Slice")
+_SAME = {op: Mapping(op) for op in SAME_KIND}
 
 # ONNX op -> its GE decomposition kind (Cast, CastLike and Identity: see GeBody.op)
 ONNX_TO_GE: Dict[str, Mapping] = {

@@ -10,6 +10,7 @@ import numpy as np
 from onnx import NodeProto, TensorProto, helper, numpy_helper
 
 from bridge.ascend.decomposition import Decomposition, Step, Value, const_array
+from bridge.ascend.from_body import SAME_KIND
 
 _ONNX_DTYPE = {"float32": TensorProto.FLOAT, "int64": TensorProto.INT64}
 
@@ -64,8 +65,7 @@ def _emit(step: Step, ins, outs, base, attrs, opset, nodes, inits):
         else:
             node("ReduceMean", [src], [dst], suffix, axes=list(axes), keepdims=keepdims)
 
-    if k in ("Add", "Sub", "Mul", "Div", "Sqrt", "Sigmoid", "Exp", "Shape", "Range", "Reshape", "Erf", "Tanh", "Relu",
-             "Neg", "Abs", "Pow", "Slice"):
+    if k in SAME_KIND:
         node(k, ins, outs)
     elif k == "Unsqueeze":
         axes = [int(a) for a in p["axes"]]
