@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from bridge.ops import OpError, fusion
 
-from .fuse import built_input_shape, kind
+from .fuse import built_input_shape, dtype_problem, kind
 
 
 def _is(layer, link) -> bool:
@@ -39,10 +39,7 @@ class ChainMatcher:
                 why = check(layer)
                 if why:
                     return why
-        for layer in layers:
-            if layer.compute_dtype not in self.spec.dtypes:
-                return f"{kind(layer)} computes in {layer.compute_dtype}; {self.spec.name} takes {list(self.spec.dtypes)}"
-        return None
+        return dtype_problem(self.spec, *layers)
 
     def _mapped(self, layers, x_shape):
         """(the op's inputs after the first, its attributes), checked by the op's

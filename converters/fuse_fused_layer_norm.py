@@ -6,7 +6,7 @@ transformer blocks: `is_sublayer` / `fuse_sublayer`, used by the rewriter's
 copy of that layer). RMS norms are near misses."""
 from __future__ import annotations
 
-from .fuse import built_input_shape
+from .fuse import built_input_shape, dtype_problem
 
 KEY = "layer_norm"
 
@@ -20,9 +20,7 @@ def _norm_problem(ln, rank: int):
         return f"LayerNormalization over axes {axes} of a rank-{rank} input, not only the last axis"
     if getattr(ln, "rms_scaling", False):
         return "LayerNormalization has rms_scaling=True (RMS norm, no mean)"
-    if ln.compute_dtype not in NORM.dtypes:
-        return f"LayerNormalization computes in {ln.compute_dtype}; the fused op takes {list(NORM.dtypes)}"
-    return None
+    return dtype_problem(NORM, ln)
 
 
 def _make(ln, label, layer_name):

@@ -6,7 +6,7 @@ separately. A chain cannot say all of it: the BatchNorm must use its moving
 statistics (no training=True on it or before it in the same call)."""
 from __future__ import annotations
 
-from .fuse import kind
+from .fuse import dtype_problem, kind
 
 
 def match(rw, node) -> None:
@@ -19,13 +19,6 @@ def match(rw, node) -> None:
         if src is None or not isinstance(src.operation, keras.layers.BatchNormalization):
             what = "a model input" if src is None or src.is_input else kind(src.operation)
             rw.report.skip("conv_bn_leaky", [op.name], f"LeakyReLU follows {what}, not a BatchNormalization")
-
-
-def _dtype_problem(spec, *layers):
-    for layer in layers:
-        if layer.compute_dtype not in spec.dtypes:
-            return f"{kind(layer)} computes in {layer.compute_dtype}; the fused ops take {list(spec.dtypes)}"
-    return None
 
 
 def _match(rw, bn_node):
@@ -65,7 +58,7 @@ def _match(rw, bn_node):
     if not isinstance(leaky, keras.layers.LeakyReLU):
         return skip(f"BatchNormalization is followed by {kind(leaky)}, not a LeakyReLU")
     names.append(leaky.name)
-    problem = _dtype_problem(CONV, conv, bn, leaky)
+    problem = dtype_problem(CONV, conv, bn, leaky)
     if problem:
         return skip(problem)
 

@@ -3,6 +3,8 @@
 attributes read from the head."""
 from __future__ import annotations
 
+from .fuse import dtype_problem
+
 
 def match(rw, node) -> None:
     from bridge.models.yolo import YoloDecodeHead
@@ -16,9 +18,9 @@ def match(rw, node) -> None:
         DECODE.infer_shapes([tuple(node.input_tensors[0].shape)], **attrs)
     except ValueError as e:
         return rw.report.skip("yolo_decode", [head.name], f"the fused op rejects it: {e}")
-    if head.compute_dtype not in DECODE.dtypes:
-        return rw.report.skip("yolo_decode", [head.name],
-                              f"computes in {head.compute_dtype}; the fused op takes {list(DECODE.dtypes)}")
+    problem = dtype_problem(DECODE, head)
+    if problem:
+        return rw.report.skip("yolo_decode", [head.name], problem)
 
     def make(layer_name):
         return FusedYoloDecode(replaces=[head.name], name=layer_name, dtype=head.dtype_policy, **attrs)

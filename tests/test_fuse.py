@@ -362,3 +362,24 @@ def test_fused_layers_reject_bad_attributes():
     layer = FusedConvBnLeaky(4, (3, 3))
     with pytest.raises(ValueError, match=r"YoloConvBnLeaky: argument 'x': must have rank 4"):
         layer(keras.Input((8, 3)))
+
+
+def test_a_precision_the_ops_do_not_take_is_a_near_miss_naming_it():
+    """A float64 model: each pattern's layers stay as they are, the reason names
+    the layer, its dtype and the op's dtypes (read from the spec), and the model
+    still computes what it did."""
+    from bridge import ops
+    inp = keras.Input((6, 6, 3), dtype="float64")
+    x = keras.layers.Conv2D(4, 3, padding="same", name="c", dtype="float64")(inp)
+    x = keras.layers.LeakyReLU(0.1, name="l", dtype="float64")(keras.layers.BatchNormalization(name="b", dtype="float64")(x))
+    y = keras.layers.LayerNormalization(name="ln", dtype="float64")(x)
+    m = keras.Model(inp, y)
+    _randomize(m, 3)
+    f, report = fuse(m)
+    assert report.fused("conv_bn_leaky") == 0 and report.fused("layer_norm") == 0
+    (cbl,), (ln,) = report.skipped("conv_bn_leaky"), report.skipped("layer_norm")
+    conv, norm = ops.get("YoloConvBnLeaky"), ops.get("FusedLayerNorm")
+    assert cbl.reason == f"Conv2D 'c' computes in float64; YoloConvBnLeaky takes {list(conv.dtypes)}", cbl.reason
+    assert ln.reason == f"LayerNormalization 'ln' computes in float64; FusedLayerNorm takes {list(norm.dtypes)}"
+    x = np.random.default_rng(1).uniform(size=(2, 6, 6, 3))
+    np.testing.assert_array_equal(np.asarray(f(x)), np.asarray(m(x)))
