@@ -164,6 +164,11 @@ def built_input_shape(layer):
 
 
 class _Rewriter:
+    """One functional graph being rewritten. What a pattern's hook
+    (`match(rw, node)`) may use: `producer_of(node)`, `sole_consumer(tensor)`,
+    `plan(...)` (a fused layer in place of matched nodes), `report.skip(key,
+    layers, reason)` (a near miss), `taken(node)` and `training_from`."""
+
     def __init__(self, graph, report, found):
         self.g = graph
         self.report = report
@@ -181,7 +186,7 @@ class _Rewriter:
         self.copies = {}        # id(layer with fusable sublayers inside) -> its fused copy (or None)
 
     # -- graph helpers ------------------------------------------------------
-    def _sole_consumer(self, tensor):
+    def sole_consumer(self, tensor):
         """(the one consumer node, None) or (None, why the tensor cannot be fused away)."""
         users = self.consumers.get(id(tensor), [])
         if id(tensor) in self.outputs:
@@ -190,7 +195,7 @@ class _Rewriter:
             return None, f"feeds {len(users)} consumers"
         return users[0], None
 
-    def _from(self, node):
+    def producer_of(self, node):
         """The node producing the first input of `node`."""
         return self.producer.get(id(node.input_tensors[0])) if node.input_tensors else None
 

@@ -77,13 +77,13 @@ class ChainMatcher:
             if len(here.input_tensors) != 1:
                 return self._skip(rw, [n.operation for n in nodes],
                                   f"{kind(here.operation)} takes {len(here.input_tensors)} inputs, not one")
-            prev = rw._from(here)
+            prev = rw.producer_of(here)
             layer = None if prev is None or prev.is_input else prev.operation
             if layer is None or not _is(layer, link):
                 what = "a model input" if layer is None else kind(layer)
                 return self._skip(rw, [n.operation for n in nodes],
                                   f"{kind(here.operation)} follows {what}, not a {' or '.join(link.layer)}")
-            _, why = rw._sole_consumer(prev.outputs[0])
+            _, why = rw.sole_consumer(prev.outputs[0])
             nodes.insert(0, prev)
             if why:
                 return self._skip(rw, [n.operation for n in nodes],

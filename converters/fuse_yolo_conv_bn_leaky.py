@@ -15,7 +15,7 @@ def match(rw, node) -> None:
     if isinstance(op, keras.layers.BatchNormalization):
         _match(rw, node)
     elif isinstance(op, keras.layers.LeakyReLU):
-        src = rw._from(node)
+        src = rw.producer_of(node)
         if src is None or not isinstance(src.operation, keras.layers.BatchNormalization):
             what = "a model input" if src is None or src.is_input else kind(src.operation)
             rw.report.skip("conv_bn_leaky", [op.name], f"LeakyReLU follows {what}, not a BatchNormalization")
@@ -25,7 +25,7 @@ def _match(rw, bn_node):
     import keras
     from .fuse_layers import CONV, FusedConvBnLeaky
     bn = bn_node.operation
-    conv_node = rw._from(bn_node)
+    conv_node = rw.producer_of(bn_node)
     conv = None if conv_node is None or conv_node.is_input else conv_node.operation
     names = [bn.name] if conv is None else [conv.name, bn.name]
     skip = lambda reason: rw.report.skip("conv_bn_leaky", names, reason)  # noqa: E731
@@ -38,7 +38,7 @@ def _match(rw, bn_node):
     act = getattr(conv.activation, "__name__", str(conv.activation))
     if act != "linear":
         return skip(f"Conv2D has activation '{act}' before the BatchNormalization")
-    _, why = rw._sole_consumer(conv_node.outputs[0])
+    _, why = rw.sole_consumer(conv_node.outputs[0])
     if why:
         return skip(f"the Conv2D output {why}; fusing would drop it")
     rank = len(bn_node.input_tensors[0].shape)
@@ -51,7 +51,7 @@ def _match(rw, bn_node):
     if rw.training_from is not None:
         return skip(f"runs after '{rw.training_from}', which is called with training=True: Keras runs "
                     f"the later layers of the call in training mode too (batch statistics)")
-    leaky_node, why = rw._sole_consumer(bn_node.outputs[0])
+    leaky_node, why = rw.sole_consumer(bn_node.outputs[0])
     if why:
         return skip(f"the BatchNormalization output {why}; fusing would drop it")
     leaky = leaky_node.operation
@@ -65,7 +65,7 @@ def _match(rw, bn_node):
     first, pad = conv_node, None
     attrs = dict(strides=(1, *conv.strides, 1), dilations=(1, *conv.dilation_rate, 1),
                  padding=conv.padding.upper(), explicit_paddings=())
-    zp_node = rw._from(conv_node)
+    zp_node = rw.producer_of(conv_node)
     if zp_node is not None and not zp_node.is_input and isinstance(zp_node.operation, keras.layers.ZeroPadding2D):
         pad = _fold_padding(rw, zp_node, conv, attrs)
         if pad is not None:
@@ -98,7 +98,7 @@ def _fold_padding(rw, zp_node, conv, attrs):
     skip = lambda reason: rw.report.skip("zero_padding", [zp.name, conv.name], reason)  # noqa: E731
     if zp.data_format != "channels_last":
         return skip(f"ZeroPadding2D is {zp.data_format}")
-    _, why = rw._sole_consumer(zp_node.outputs[0])
+    _, why = rw.sole_consumer(zp_node.outputs[0])
     if why:
         return skip(f"the ZeroPadding2D output {why}; it stays, the conv is fused alone")
     if conv.padding != "valid":
