@@ -51,14 +51,10 @@ class ChainMatcher:
         self.spec.infer_shapes([x_shape, *shapes], **attrs)
         return values, shapes, attrs
 
-    def _has_kernel(self) -> bool:
-        """Whether bridge.tf_ops calls the op (a team's op: once its library is loaded)."""
-        from bridge import tf_ops
-        return getattr(tf_ops, self.spec.module, None) is not None
-
-    def _no_kernel(self) -> str:
-        return (f"{self.spec.name} has no TensorFlow kernel loaded (give its library: --op-library LIB, or "
-                f"bridge.tf_ops.load_op_library); the layers stay as they are")
+    def _no_kernel(self):
+        """Why the op cannot be fused here (no TensorFlow kernel loaded for it), or None."""
+        from .fuse_layers import no_kernel, tf_function
+        return None if tf_function(self.spec) is not None else f"{no_kernel(self.spec)}; the layers stay as they are"
 
     def _x_shape(self, nodes):
         """The op's first input: the output of the last kept layer, else the chain's input.
@@ -101,8 +97,9 @@ class ChainMatcher:
             values, shapes, attrs = self._mapped(layers, self._x_shape(nodes))
         except (OpError, ValueError) as e:
             return self._skip(rw, layers, f"the fused op rejects it: {e}")
-        if not self._has_kernel():
-            return self._skip(rw, layers, self._no_kernel())
+        missing = self._no_kernel()
+        if missing:
+            return self._skip(rw, layers, missing)
         last = layers[-1]
         name = f"{last.name}_{self.key}" if self.chain[-1].label in self.pattern.keep else last.name
         rw.plan_build(node, self.key, name, self._builder(layers, values, shapes, attrs), nodes[0], nodes[:-1],
@@ -149,8 +146,9 @@ class ChainMatcher:
             values, shapes, attrs = self._mapped([layer], x_shape)
         except (OpError, ValueError) as e:
             return skip(f"the fused op rejects it: {e}")
-        if not self._has_kernel():
-            return skip(self._no_kernel())
+        missing = self._no_kernel()
+        if missing:
+            return skip(missing)
         parts = ([_kept(layer, self.pattern.keep[self.chain[0].label])] if kept else [])
         fused = self._fused_layer([layer], shapes, attrs, f"{layer.name}_{self.key}")
         fused.replaces = [label]

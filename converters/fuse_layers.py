@@ -32,6 +32,17 @@ def _shape(shape):
     return None if shape is None else tuple(shape)
 
 
+def tf_function(spec):
+    """`bridge.tf_ops.<module>` of the op, or None while no kernel is loaded for
+    it (a team's op: until its library is given)."""
+    return getattr(_tf_ops(), spec.module, None)
+
+
+def no_kernel(spec) -> str:
+    return (f"{spec.name}: no TensorFlow kernel is loaded for it: give its library "
+            f"(--op-library LIB, or bridge.tf_ops.load_op_library)")
+
+
 def _infer(spec, shapes, **attrs):
     """spec.infer_shapes, raising a plain ValueError with the OpError's message:
     Keras re-raises errors from a layer call as `type(e)(message)`, which an
@@ -208,10 +219,9 @@ class FusedOp(_Fused):
                        for name, shape in self.weight_shapes]
 
     def _fn(self):
-        fn = getattr(_tf_ops(), self.spec.module, None)
+        fn = tf_function(self.spec)
         if fn is None:
-            raise ValueError(f"{self.spec.name}: no TensorFlow kernel is loaded for it: give its library "
-                             f"(--op-library LIB, or bridge.tf_ops.load_op_library)")
+            raise ValueError(no_kernel(self.spec))
         return fn
 
     def call(self, x):

@@ -138,7 +138,7 @@ def test_without_its_library_the_layers_stay_and_the_report_says_why(fused):
     report = fused["unloaded"]
     assert not report["blocks"]
     reasons = [s["reason"] for p in ("dense_gelu", "dense_then_gelu") for s in report["patterns"][p]["skipped"]]
-    assert sum("FusedBiasGelu has no TensorFlow kernel loaded (give its library: --op-library" in r
+    assert sum("FusedBiasGelu: no TensorFlow kernel is loaded for it: give its library (--op-library" in r
                for r in reasons) == 2, reasons
 
 
