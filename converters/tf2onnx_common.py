@@ -76,7 +76,7 @@ def register_handler(spec):
     return tf_op(spec.name, domain=spec.domain)(handler)
 
 
-_team_handlers: Dict[str, type] = {}  # op -> the handler made from its spec (no module of its own)
+_spec_handlers: Dict[str, type] = {}  # op -> the handler made from its spec (no module of its own)
 
 
 def register_all() -> Dict[str, str]:
@@ -103,9 +103,9 @@ def register_all() -> Dict[str, str]:
 
 
 def _spec_handler(spec) -> type:
-    if spec.name not in _team_handlers:
-        _team_handlers[spec.name] = register_handler(spec)
-    return _team_handlers[spec.name]
+    if spec.name not in _spec_handlers:
+        _spec_handlers[spec.name] = register_handler(spec)
+    return _spec_handlers[spec.name]
 
 
 @contextlib.contextmanager
