@@ -50,6 +50,11 @@ def _add_team_op_arguments(sp) -> None:
     g.add_argument("--ort-library", action="append", default=[], metavar="LIB",
                    help="its onnxruntime kernel library (.so, or its CMake folder, built here), registered in "
                         "every onnxruntime session that runs its op's kernel; repeatable")
+    from bridge.litert.team_libraries import FLAG as LITERT_FLAG
+    g.add_argument(LITERT_FLAG, metavar="DIR",
+                   help="its LiteRT kernels: a folder of .cc files (one per op, against "
+                        "bridge/litert/native/common.h), built here into bridge's LiteRT kernels for "
+                        "--to tflite --mode custom and the tflite-custom parity runtime")
 
 
 def _load_team_ops(args, tensorflow_loaded: bool) -> None:
@@ -66,6 +71,12 @@ def _load_team_ops(args, tensorflow_loaded: bool) -> None:
                     team_libraries.add(path)
                 except team_libraries.OrtLibraryError as e:
                     raise UsageError(str(e)) from None
+        if getattr(args, "litert_library", None):
+            from bridge.litert import team_libraries as litert_libraries
+            try:
+                litert_libraries.add(args.litert_library)
+            except litert_libraries.LiteRTLibraryError as e:
+                raise UsageError(str(e)) from None
         return
     from bridge import tf_ops
     from bridge.tf_ops.team_ops import TeamOpError

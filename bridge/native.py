@@ -364,8 +364,19 @@ def is_ort_folder(folder) -> bool:
     return cmake_file.is_file() and "ORT_INCLUDE_DIR" in cmake_file.read_text(errors="replace")
 
 
+def is_litert_folder(folder) -> bool:
+    """Whether a folder holds a team's LiteRT op files (`--litert-library DIR`):
+    no CMakeLists.txt, and .cc files that register an op with bridge's Node API."""
+    folder = Path(folder).expanduser()
+    return (folder.is_dir() and not (folder / "CMakeLists.txt").exists()
+            and any("register_op" in p.read_text(errors="replace") for p in folder.glob("*.cc")))
+
+
 def team_library_build(folder, portable: Optional[bool] = None) -> "Build":
-    """`bridge build DIR`: a team's onnxruntime or TensorFlow library, by what its CMake file asks for."""
+    """`bridge build DIR`: a team's LiteRT op files, or its onnxruntime or
+    TensorFlow library, by what its CMake file asks for."""
+    if is_litert_folder(folder):
+        return litert_library_build(folder, portable=portable)
     return (ort_library_build if is_ort_folder(folder) else op_library_build)(folder, portable=portable)
 
 
@@ -520,6 +531,28 @@ def litert_build(portable: Optional[bool] = None) -> Build:
                  options=options, extra_sources=[*sorted(kernels.glob("*.h")), tf_ops_dir / "cpu" / "native.cmake"],
                  describe=f"the LiteRT kernels for ai-edge-litert {version}", probe_source=probe,
                  probe_flags=[f"-I{dnnl / 'include'}"] if dnnl else [], portable=portable)
+
+
+def litert_library_build(folder, portable: Optional[bool] = None) -> Build:
+    """bridge's LiteRT kernels with a team's op files added (`--litert-library
+    DIR`, `bridge build DIR`): every DIR/*.cc registers one op through
+    bridge/litert/native/common.h, like bridge's own op files, and is compiled
+    into the same library (BRIDGE_EXTRA_OP_SOURCES), cached apart from bridge's
+    own build and keyed by the team files too."""
+    import re
+    folder = Path(folder).expanduser().resolve()
+    sources = sorted(folder.glob("*.cc"))
+    if not folder.is_dir() or not sources:
+        raise BuildError(f"{folder} has no .cc files (a LiteRT op folder holds one .cc per op, written against "
+                         f"bridge/litert/native/common.h)")
+    if ";" in str(folder):  # CMake would split the list of sources there
+        raise BuildError(f"{folder}: a LiteRT op folder's path cannot contain ';'")
+    base = litert_build(portable=portable)
+    name = re.sub(r"[^A-Za-z0-9_]+", "_", "-".join(p.stem for p in sources))[:60]
+    return replace(base, name=f"litertlib-{name}", target=str(folder),
+                   options={**base.options, "BRIDGE_EXTRA_OP_SOURCES": ";".join(map(str, sources))},
+                   extra_sources=[*base.extra_sources, *sources, *sorted(folder.glob("*.h"))],
+                   describe=f"the LiteRT kernels with {folder}'s ops for ai-edge-litert {litert_version()}")
 
 # -- CUDA ---------------------------------------------------------------------
 

@@ -34,6 +34,7 @@ import numpy as np
 from bridge import atomic
 from bridge import ops as specs
 from bridge.exporting import Check, ExportError, ExportResult, OptionError, Progress, quiet
+from bridge.litert.team_libraries import FLAG as LITERT_FLAG
 
 from .shared_steps import compare_outputs, float64_reference, model_to_export, tf_outputs
 
@@ -59,7 +60,8 @@ QUANTIZE = ("none", "float16", "dynamic")
 # quantised exports fail their check rather than pass with a bound that says nothing.
 QUANTIZE_BOUND: Dict[str, Optional[float]] = {"none": None, "float16": 2e-2, "dynamic": 0.25}
 # Why a custom-mode file is not run here (see the module docstring).
-NO_CUSTOM_KERNELS = "custom ops: bridge's LiteRT kernels do not serve them here (--mode lowered runs anywhere)"
+NO_CUSTOM_KERNELS = (f"custom ops: bridge's LiteRT kernels do not serve them here (a team's op: give its LiteRT "
+                     f"kernel with {LITERT_FLAG} DIR; --mode lowered runs anywhere)")
 
 
 class TFLiteExportError(ExportError):

@@ -15,7 +15,7 @@ ON_REQUEST = ("cuda_harness", "cuda_emulator", "tflite")  # tflite: the LiteRT k
 def add_arguments(p):
     p.add_argument("targets", nargs="*", metavar="TARGET",
                    help=f"what to build: {', '.join(TARGETS + ON_REQUEST)} (default: {', '.join(TARGETS)}), or the "
-                        f"CMake folder of a team's TensorFlow or onnxruntime kernel library")
+                        f"CMake folder of a team's TensorFlow or onnxruntime kernel library, or the folder of its LiteRT op files")
     p.add_argument("--force", action="store_true", help="rebuild even when the cache has the library")
     p.add_argument("--portable", action="store_true",
                    help="build without CPU-specific flags (-march=native), for other machines of this architecture")
@@ -26,7 +26,8 @@ def add_arguments(p):
 
 def _is_folder(target: str) -> bool:
     import os
-    return os.path.isfile(os.path.join(target, "CMakeLists.txt"))
+    from bridge.native import is_litert_folder
+    return os.path.isfile(os.path.join(target, "CMakeLists.txt")) or is_litert_folder(target)
 
 
 def run(args) -> int:

@@ -56,13 +56,16 @@ def litert_version() -> str:
 
 
 def library(build: bool = True) -> Path:
-    """The built kernel library, self-tested (building it first with build=True).
-    Raises bridge.native.BuildError naming the cause and the LiteRT version."""
+    """The built kernel library, self-tested (building it first with build=True):
+    bridge's own, or bridge's with a team's op files once `--litert-library`
+    gave them (team_libraries.py). Raises bridge.native.BuildError naming the
+    cause and the LiteRT version."""
     from bridge import native
-    b = native.litert_build()
+    from bridge.litert import team_libraries
+    b = team_libraries.build() or native.litert_build()
     lib = b.library() if build else b.folder() / b.target_file
     if not lib.exists():
-        raise native.BuildError(f"the LiteRT kernels are not built. Fix: bridge build tflite")
+        raise native.BuildError(f"the LiteRT kernels are not built. Fix: bridge build {b.target or b.name}")
     mark = lib.parent / SELFTEST_MARK
     if not mark.exists():
         _selftest(native, lib, mark)

@@ -34,7 +34,8 @@ class TFLiteCustom(Runtime):
         served = {op for op, why in runtime.served_ops().items() if why is None}
         unserved = sorted(set(inspect_tflite(data).custom_codes) - served)
         if unserved:  # e.g. a team's op: LiteRT would refuse the model at prepare
-            raise Unavailable(f"bridge's LiteRT kernels have no {', '.join(unserved)}")
+            from bridge.litert.team_libraries import FLAG
+            raise Unavailable(f"bridge's LiteRT kernels have no {', '.join(unserved)} (a team's op: {FLAG} DIR)")
         try:
             self.model = runtime.Model(data, custom=True)
         except runtime.LiteRTError as e:
