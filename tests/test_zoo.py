@@ -170,3 +170,15 @@ def test_export_verdicts_read_from_bridge_export_json():
     assert zoo._mark(ill) == "ill" and "probs" in ill and "TF float32 itself" in ill
     assert zoo._mark(zoo._verdict(1, out("FAIL", False), "")) == "FAIL"
     assert zoo._verdict(0, "", "") == "pass"
+
+
+def test_summary_counts_ill_conditioned_exports_apart_on_both_sides():
+    """An ill-conditioned export (bridge's or plain tf2onnx's) is neither counted as
+    converting and verifying nor as differing: the summary says how many."""
+    zoo = _zoo()
+    rows = [zoo.Row("a", "keras", roads={"onnx": "pass"}, plain="converts"),
+            zoo.Row("b", "keras", roads={"onnx": f"{zoo.ILL}: probs: TF float32 itself"}, plain=f"converts ({zoo.ILL})"),
+            zoo.Row("c", "keras", roads={"onnx": "differs: probs"}, plain="converts, but differs from TensorFlow")]
+    text = zoo.summary(rows)
+    assert ("bridge onnx export: 1/3 convert and verify (1 more ill-conditioned); "
+            "plain tf2onnx: 1/3 (1 more ill-conditioned)") in text, text
