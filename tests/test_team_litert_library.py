@@ -137,9 +137,11 @@ def test_the_team_build_is_apart_from_bridges_own_and_keyed_by_the_team_files(li
     assert runtime.served_ops(library)["FusedBiasGelu"] is None
     copy = tmp_path / "litert"
     shutil.copytree(LITERT_FOLDER, copy)
+    before = native.litert_library_build(copy).key()
     source = copy / "fused_bias_gelu.cc"
     source.write_text(source.read_text() + "\n// one more line\n")
-    assert native.litert_library_build(copy).key() != team.key()
+    assert native.litert_library_build(copy).key() != before  # the same folder, another kernel: rebuilt
+    assert native.litert_build().key() == own.key()  # bridge's own build does not see the team's files
     assert native.team_library_build(LITERT_FOLDER).folder() == team.folder()  # `bridge build DIR` finds it
 
 
