@@ -205,6 +205,13 @@ def test_bridge_ops_fills_the_team_ops_tflite_cell(library):
     assert not [h for h in doc["holes"] if "TFLite" in h], doc["holes"]
 
 
+def test_a_bad_folder_on_the_command_line_is_a_short_usage_error(tmp_path):
+    (tmp_path / "notes.txt").write_text("no kernels here")
+    done = _bridge("ops", "--op-spec", SPEC_FILE, team_libraries.FLAG, tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert f"bridge ops: error: {team_libraries.FLAG} {tmp_path}: not a folder of .cc files" in done.stderr
+
+
 # -- a planted wrong kernel: the checks can fail ------------------------------------------
 ERF_GELU = "0.5f * z * (1.0f + std::erf(z * 0.70710678118654752f))"
 TANH_GELU = "0.5f * z * (1.0f + std::tanh(0.7978845608f * (z + 0.044715f * z * z * z)))"
