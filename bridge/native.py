@@ -110,6 +110,18 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def _in_other_project(path: Path, root: Path) -> bool:
+    """Whether `path` lies in a folder below `root` that is a CMake project or
+    build of its own (a CMakeLists.txt or CMakeCache.txt there: a team's `ort/`
+    kernel beside its TensorFlow one, an in-tree `build/`), which does not go
+    into `root`'s build (bridge's CMake files use no add_subdirectory)."""
+    for folder in path.relative_to(root).parents:
+        if folder != Path(".") and ((root / folder / "CMakeLists.txt").is_file()
+                                    or (root / folder / "CMakeCache.txt").is_file()):
+            return True
+    return False
+
+
 @dataclass
 class Build:
     """One CMake project to build into the cache."""
@@ -138,8 +150,10 @@ class Build:
             what=self.describe or self.name)
 
     def _sources(self):
-        files = sorted(p for p in Path(self.source_dir).rglob("*")
-                       if p.is_file() and p.suffix in (".cc", ".h", ".cu", ".cuh", ".txt", ".cmake", ".hpp", ".cpp"))
+        root = Path(self.source_dir)
+        files = sorted(p for p in root.rglob("*")
+                       if p.is_file() and p.suffix in (".cc", ".h", ".cu", ".cuh", ".txt", ".cmake", ".hpp", ".cpp")
+                       and not _in_other_project(p, root))
         return files + [Path(p) for p in self.extra_sources]
 
     def key(self) -> str:

@@ -44,6 +44,22 @@ def test_a_build_is_cached_by_its_inputs(tmp_path, monkeypatch):
     assert b.library(quiet=True) != lib  # a changed source is another build
 
 
+def test_the_key_leaves_out_nested_projects_and_builds_but_not_the_projects_own_folders(tmp_path, monkeypatch):
+    """A team's ort/ kernel (a CMake project of its own) or an in-tree build/
+    (CMakeCache.txt) beside its TensorFlow op does not change the op library's
+    key; a header in a plain subfolder of the project does."""
+    src, b = _project(tmp_path, monkeypatch, "keyed", "extern \"C\" int answer() { return 42; }\n")
+    key = b.key()
+    for sub, marker in (("ort", "CMakeLists.txt"), ("build", "CMakeCache.txt")):
+        (src / sub).mkdir()
+        (src / sub / marker).write_text("# another project\n")
+        (src / sub / "kernel.cc").write_text("int other() { return 1; }\n")
+        assert b.key() == key, sub
+    (src / "include").mkdir()
+    (src / "include" / "shared.h").write_text("#define VALUE 1\n")
+    assert b.key() != key
+
+
 def test_a_failed_build_names_a_target_bridge_build_accepts():
     """The fix a build error prints (`bridge build NAME --force`) must be a command
     that runs: every Build's name is a target of `bridge build`."""
