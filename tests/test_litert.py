@@ -296,3 +296,16 @@ def test_every_op_passes_its_case_table_on_litert(lib, close, spec, example):
     ref = spec.reference(first, *rest, **example.attrs)  # of the float32 values the kernel sees
     for out, r in zip(spec.outputs, outputs(ref)):
         close(spec.name, got[out.name], r, what=f"{example.id} {out.name}")
+
+
+def test_an_empty_constant_is_refused_naming_the_output_and_its_shape(lib):
+    """An empty constant x (0 rows) makes an empty output, which LiteRT's
+    CompiledModel does not allocate: the error names the output and the shape."""
+    data = one_op_model("FusedLayerNorm", [("x", np.zeros((0, 4), np.float32)), ("gamma", [4]),
+                                           ("beta", np.zeros(4, np.float32))], ["y"], {"epsilon": 1e-5})
+    model = runtime.Model(data, lib=lib)
+    try:
+        with pytest.raises(runtime.LiteRTError, match=r"allocating output y failed .*its shape \[0,4\] is empty"):
+            model.run({"gamma": np.ones(4, np.float32)})
+    finally:
+        model.close()

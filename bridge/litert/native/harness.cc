@@ -2,6 +2,7 @@
 // what bridge/litert/runtime.py calls through ctypes. The model's first
 // signature; inputs are resized to the shapes of each run; outputs stay in
 // managed buffers until the next run.
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -213,7 +214,11 @@ BRIDGE_EXPORT int bridge_litert_run(void* handle, const void* const* data, const
     LiteRtTensorBuffer b = nullptr;
     if ((s = make_buffer(h, t, &b)) != kBridgeLiteRtOk) {
       cleanup();
-      say(why(h, "allocating output " + h->names[1][k], s), err, err_size);
+      std::string msg = why(h, "allocating output " + h->names[1][k], s);
+      const std::vector<int64_t> shape = bridge::litert::shape_of(t.layout);
+      if (std::find(shape.begin(), shape.end(), 0) != shape.end())  // e.g. from an empty constant in the model
+        msg += ": its shape " + bridge::dims(shape) + " is empty, which LiteRT's CompiledModel does not allocate";
+      say(msg, err, err_size);
       return 1;
     }
     h->outputs.push_back(b);
