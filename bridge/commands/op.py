@@ -4,10 +4,12 @@ Writes into a new folder: `<name>.py` (the spec: tensors, dtypes, tolerances,
 shape function, numpy reference and ONNX decomposition to fill in),
 `<name>.cc` (a TensorFlow kernel whose REGISTER_OP is generated from that spec),
 `CMakeLists.txt` (builds it against the installed TensorFlow, as
-examples/custom_op's does) and `ort/` (an onnxruntime kernel library whose
+examples/custom_op's does), `ort/` (an onnxruntime kernel library whose
 domain, tensors, element types and attributes come from the spec, and its CMake
-build: _op_ort). Then: `bridge ops --op-spec DIR/<name>.py --op-library DIR
---ort-library DIR/ort`.
+build: _op_ort) and `litert/<name>.cc` (a float32 LiteRT kernel against bridge's
+Node API, its op and attributes from the spec: _op_litert). Then: `bridge ops
+--op-spec DIR/<name>.py --op-library DIR --ort-library DIR/ort --litert-library
+DIR/litert`.
 """
 from __future__ import annotations
 
@@ -15,8 +17,8 @@ import re
 from pathlib import Path
 
 NAME = "op"
-HELP = ("scaffold a team's own op: its spec, a TensorFlow kernel and an onnxruntime kernel generated from it, "
-        "and their CMake builds")
+HELP = ("scaffold a team's own op: its spec, TensorFlow, onnxruntime and LiteRT kernels generated from it, "
+        "and their builds")
 DESCRIPTION = __doc__.split("\n\n")[0]
 USES_TENSORFLOW = False
 
@@ -27,8 +29,8 @@ _TF_ATTR = {"float": "float", "int": "int", "string": "string", "list(int)": "li
 def add_arguments(p):
     sub = p.add_subparsers(dest="action", metavar="ACTION")
     sub.required = True
-    new = sub.add_parser("new", help="write the spec, the TensorFlow and onnxruntime kernels and their CMake "
-                                     "files of a new op into a folder")
+    new = sub.add_parser("new", help="write the spec, the TensorFlow, onnxruntime and LiteRT kernels and their "
+                                     "CMake files of a new op into a folder")
     new.add_argument("name", help="the op type, CamelCase (e.g. FusedBiasRelu)")
     new.add_argument("--domain", default="com.example", help="its ONNX domain (default com.example)")
     new.add_argument("-o", "--output", help="the folder to create (default: the op's snake_case name)")
@@ -187,7 +189,7 @@ def run(args) -> int:
     import sys
     from bridge import atomic
     from bridge.cli import UsageError
-    from bridge.commands import _op_ort
+    from bridge.commands import _op_litert, _op_ort
     from bridge.ops import registry
     name = args.name
     if not re.fullmatch(r"[A-Z][A-Za-z0-9]*", name):
@@ -209,10 +211,11 @@ def run(args) -> int:
              f"{module}.cc": KERNEL_TEMPLATE.format(name=name, module=module, register=register_op_cc(spec)),
              "CMakeLists.txt": CMAKE_TEMPLATE.format(name=name, module=module),
              f"ort/{module}_ort.cc": _op_ort.kernel_cc(spec),
-             "ort/CMakeLists.txt": _op_ort.cmake(spec)}
+             "ort/CMakeLists.txt": _op_ort.cmake(spec),
+             f"litert/{module}.cc": _op_litert.kernel_cc(spec)}
     for fname, text in files.items():
         atomic.write_text(folder / fname, text)
     print(f"wrote {folder}/: {', '.join(files)}", file=sys.stdout)
     print(f"next: bridge ops --op-spec {folder / (module + '.py')} --op-library {folder} "
-          f"--ort-library {folder / 'ort'}")
+          f"--ort-library {folder / 'ort'} --litert-library {folder / 'litert'}")
     return 0
