@@ -84,6 +84,20 @@ TEXT = dict(vocabulary_size=97, num_layers=2, num_heads=2, hidden_dim=16, interm
             max_sequence_length=32)
 DECODER = dict(vocabulary_size=97, num_layers=2, num_query_heads=2, num_key_value_heads=1, hidden_dim=16,
                intermediate_dim=32)
+IMAGE = dict(image_shape=(32, 32, 3))
+TEXT_CORE = {k: v for k, v in TEXT.items() if k != "max_sequence_length"}
+VISION_TOWER = dict(patch_size=8, hidden_dim=16, num_layers=1, num_heads=2, intermediate_dim=32)
+TEXT_TOWER = dict(vocabulary_size=97, embedding_dim=16, hidden_dim=16, num_layers=1, num_heads=2,
+                  intermediate_dim=32, max_sequence_length=SEQ)
+
+
+@dataclass(frozen=True)
+class Part:
+    """A keras_hub model given to another's config (CLIP's two encoders), built with it."""
+    cls: str
+    config: dict
+
+
 HUB = {  # keras_hub class: (small config, quick)
     "BertBackbone": (TEXT, True),
     "DistilBertBackbone": (TEXT, False),
@@ -105,6 +119,66 @@ HUB = {  # keras_hub class: (small config, quick)
        for cls in ("BloomBackbone", "GPTNeoXBackbone")},
     "FalconBackbone": ({"vocabulary_size": 97, "num_layers": 2, "num_attention_heads": 2, "hidden_dim": 16,
                         "intermediate_dim": 32}, False),
+    # vision: convolutional (BatchNorm everywhere; CSPNet's Conv -> BN -> LeakyReLU(0.01) blocks fuse)
+    "CSPNetBackbone": (dict(stem_filters=8, stem_kernel_size=3, stem_strides=1, stackwise_depth=[1, 1],
+                            stackwise_strides=[2, 2], stackwise_num_filters=[16, 32], block_type="dark_block",
+                            stage_type="csp", bottle_ratio=(0.5, 1.0), block_ratio=(1.0, 0.5),
+                            expand_ratio=(2.0, 1.0), stem_padding="same", down_growth=True, **IMAGE), False),
+    # keras_hub insists on 64 filters in the stem and the first stage
+    "ResNetBackbone": (dict(input_conv_filters=[64], input_conv_kernel_sizes=[7], stackwise_num_filters=[64, 32],
+                            stackwise_num_blocks=[1, 1], stackwise_num_strides=[1, 2], block_type="basic_block",
+                            **IMAGE), False),
+    "HGNetV2Backbone": (dict(depths=[1, 1], embedding_size=16, hidden_sizes=[16, 32], stem_channels=[3, 8, 16],
+                             hidden_act="relu", use_learnable_affine_block=False,
+                             stackwise_stage_filters=[[16, 8, 16, 1, 1, 3], [16, 8, 32, 1, 1, 3]],
+                             apply_downsample=[False, True], use_lightweight_conv_block=[False, True], **IMAGE), False),
+    "MobileNetBackbone": (dict(stackwise_expansion=[[1], [2]], stackwise_num_blocks=[1, 1],
+                               stackwise_num_filters=[[16], [24]], stackwise_kernel_size=[[3], [3]],
+                               stackwise_num_strides=[[2], [2]], stackwise_se_ratio=[[0.25], [None]],
+                               stackwise_activation=[["relu"], ["hard_swish"]], stackwise_padding=[[1], [1]],
+                               output_num_filters=32, depthwise_filters=8, depthwise_stride=2,
+                               depthwise_residual=False, last_layer_filter=32, input_num_filters=8, **IMAGE), False),
+    "DenseNetBackbone": (dict(stackwise_num_repeats=[1, 1], growth_rate=8, **IMAGE), False),
+    "EfficientNetBackbone": (dict(stackwise_width_coefficients=[1.0] * 2, stackwise_depth_coefficients=[1.0] * 2,
+                                  stackwise_kernel_sizes=[3, 3], stackwise_num_repeats=[1, 1],
+                                  stackwise_input_filters=[16, 16], stackwise_output_filters=[16, 24],
+                                  stackwise_expansion_ratios=[1, 2], stackwise_squeeze_and_excite_ratios=[0, 0.25],
+                                  stackwise_strides=[1, 2], stackwise_block_types=["fused", "unfused"],
+                                  stackwise_force_input_filters=[0, 0], stackwise_nores_option=[False, False],
+                                  dropout=0.0, num_features=32, input_shape=IMAGE["image_shape"]), False),
+    "VGGBackbone": (dict(stackwise_num_repeats=[1, 1], stackwise_num_filters=[8, 16], **IMAGE), False),
+    "XceptionBackbone": (dict(stackwise_conv_filters=[[8, 16], [16, 32], [32, 32]],
+                              stackwise_pooling=[True, True, False], **IMAGE), False),
+    # vision: transformers
+    "MiTBackbone": (dict(layerwise_depths=[1, 1], num_layers=2, layerwise_num_heads=[1, 2],
+                         layerwise_sr_ratios=[2, 1], max_drop_path_rate=0.0, layerwise_patch_sizes=[7, 3],
+                         layerwise_strides=[4, 2], hidden_dims=[16, 32], **IMAGE), False),
+    "DeiTBackbone": (dict(patch_size=8, num_layers=2, num_heads=2, hidden_dim=16, intermediate_dim=32, **IMAGE),
+                     False),
+    "SwinTransformerBackbone": (dict(embed_dim=16, depths=[1, 1], num_heads=[1, 2], window_size=4, patch_size=4,
+                                     drop_path=0.0, **IMAGE), False),
+    "DINOV2Backbone": (dict(patch_size=8, num_layers=2, hidden_dim=16, num_heads=2, intermediate_dim=32,
+                            position_embedding_shape=(32, 32, 3), **IMAGE), False),
+    # text: encoder-decoders and others
+    "T5Backbone": (dict(TEXT_CORE, dropout=0.0), False),
+    "BartBackbone": (dict(TEXT, dropout=0.0), False),
+    "XLNetBackbone": (TEXT_CORE, False),
+    "RoformerV2Backbone": (dict(TEXT_CORE, head_size=8, dropout=0.0), False),
+    "ESM2Backbone": (dict(TEXT, dropout=0.0), False),
+    "WhisperBackbone": (dict(TEXT_CORE, num_mels=8, max_encoder_sequence_length=32, max_decoder_sequence_length=32),
+                        False),
+    # image + text
+    "CLIPBackbone": (dict(vision_encoder=Part("CLIPVisionEncoder", dict(VISION_TOWER, **IMAGE)),
+                          text_encoder=Part("CLIPTextEncoder", TEXT_TOWER), projection_dim=16), False),
+    "SigLIPBackbone": (dict(vision_encoder=Part("SigLIPVisionEncoder", dict(VISION_TOWER, **IMAGE)),
+                            text_encoder=Part("SigLIPTextEncoder", TEXT_TOWER)), False),
+}
+# models whose inputs are not all images or all token ids: {input name: full shape}
+HUB_INPUTS = {
+    "WhisperBackbone": {"encoder_features": (1, 16, 8), "decoder_token_ids": (1, SEQ),
+                        "decoder_padding_mask": (1, SEQ)},
+    "CLIPBackbone": {"images": (1, 32, 32, 3), "token_ids": (1, SEQ)},
+    "SigLIPBackbone": {"images": (1, 32, 32, 3), "token_ids": (1, SEQ)},
 }
 
 
@@ -118,7 +192,8 @@ def _application(name):
 def _hub(cls, config):
     def build(size):
         import keras_hub
-        return getattr(keras_hub.models, cls)(**config)
+        parts = {k: getattr(keras_hub.models, v.cls)(**v.config) for k, v in config.items() if isinstance(v, Part)}
+        return getattr(keras_hub.models, cls)(**{**config, **parts})
     return build
 
 
@@ -127,8 +202,11 @@ def _image_shapes(size):
 
 
 def _hub_shapes(cls, config):
-    if "image_shape" in config:
-        return lambda size: {"": (1, *config["image_shape"])}
+    if cls in HUB_INPUTS:
+        return lambda size: HUB_INPUTS[cls]
+    image = config.get("image_shape", config.get("input_shape"))
+    if image is not None:
+        return lambda size: {"": (1, *image)}
     return lambda size: "tokens"  # every input [1, SEQ]; names read from the model
 
 

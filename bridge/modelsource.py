@@ -24,6 +24,7 @@ a machine with onnxruntime only.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -334,7 +335,12 @@ def _must_exist(arg, path):
 def keras_input_names(model) -> List[str]:
     """The names of `model.inputs` (Keras' flattened order), from the model's
     input structure: a dict input is named by its key (keras_hub backbones take
-    {'token_ids', 'padding_mask', ...}), anything else by its tensor's name."""
+    {'token_ids', 'padding_mask', ...}), anything else by its tensor's name, or
+    where Keras made that name up (`keras_tensor_N`), by its input layer's, or
+    where Keras made both up, by position (`input_layer`, or `input_layer_I`
+    of several): a keras_hub backbone rebuilds its inputs on every load, each
+    time with new made-up names, so the ONNX file written from one load would
+    not take the inputs of the next."""
     struct = getattr(model, "_inputs_struct", None)
     names = {}
     if struct is not None:
@@ -348,10 +354,21 @@ def keras_input_names(model) -> List[str]:
             elif key is not None:
                 names[id(s)] = key
         walk(struct)
-    out = [names.get(id(t), t.name) for t in model.inputs]
+    count = len(model.inputs)
+    out = [names.get(id(t)) or _own_name(t, i, count) for i, t in enumerate(model.inputs)]
     if len(set(out)) != len(out):  # keys repeated at different depths: the tensor names are unique
         out = [t.name for t in model.inputs]
     return out
+
+
+def _own_name(tensor, index: int, count: int) -> str:
+    if not re.fullmatch(r"keras_tensor(_\d+)?", tensor.name or ""):
+        return tensor.name
+    layer = getattr(getattr(tensor, "_keras_history", None), "operation", None)
+    name = getattr(layer, "name", "") or ""
+    if name and not re.fullmatch(r"input_layer(_\d+)?", name):
+        return name
+    return "input_layer" if count == 1 else f"input_layer_{index}"
 
 
 def keras_call_args(model, flat: Sequence):

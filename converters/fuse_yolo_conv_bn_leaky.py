@@ -1,5 +1,7 @@
 """YoloConvBnLeaky's Keras matcher (its spec's fusion hook): [ZeroPadding2D ->]
-Conv2D -> BatchNormalization -> LeakyReLU becomes one FusedConvBnLeaky. A
+Conv2D -> BatchNormalization -> LeakyReLU becomes one FusedConvBnLeaky; an
+Activation layer running keras.activations.leaky_relu counts as the LeakyReLU,
+at the slope it runs with (`leaky_slope`). A
 ZeroPadding2D before a VALID conv is folded into EXPLICIT padding (the
 zero_padding pattern, counted as folds); conv bias and BN mean are passed
 separately. A chain cannot say all of it: the BatchNorm must use its moving
@@ -14,11 +16,36 @@ def match(rw, node) -> None:
     op = node.operation
     if isinstance(op, keras.layers.BatchNormalization):
         _match(rw, node)
-    elif isinstance(op, keras.layers.LeakyReLU):
+    elif leaky_slope(op) is not None:
         src = rw.producer_of(node)
         if src is None or not isinstance(src.operation, keras.layers.BatchNormalization):
             what = "a model input" if src is None or src.is_input else kind(src.operation)
-            rw.report.skip("conv_bn_leaky", [op.name], f"LeakyReLU follows {what}, not a BatchNormalization")
+            rw.report.skip("conv_bn_leaky", [op.name], f"{_leaky_kind(op)} follows {what}, not a BatchNormalization")
+
+
+def leaky_slope(layer):
+    """The negative slope of a LeakyReLU layer, or of an Activation layer whose
+    function is keras.activations.leaky_relu (Activation("leaky_relu"): that
+    function's own default slope, 0.2 in Keras 3, not LeakyReLU's 0.3; a
+    functools.partial of it: the slope it binds); None for any other layer."""
+    import functools
+    import inspect
+    import keras
+    if isinstance(layer, keras.layers.LeakyReLU):
+        return float(layer.negative_slope)
+    if not isinstance(layer, keras.layers.Activation):
+        return None
+    fn, bound = layer.activation, {}
+    if isinstance(fn, functools.partial) and not fn.args:
+        fn, bound = fn.func, fn.keywords
+    if fn is not keras.activations.leaky_relu:
+        return None
+    slope = bound.get("negative_slope", inspect.signature(fn).parameters["negative_slope"].default)
+    return float(slope)
+
+
+def _leaky_kind(layer) -> str:
+    return "LeakyReLU" if type(layer).__name__ == "LeakyReLU" else "Activation('leaky_relu')"
 
 
 def _match(rw, bn_node):
@@ -55,8 +82,9 @@ def _match(rw, bn_node):
     if why:
         return skip(f"the BatchNormalization output {why}; fusing would drop it")
     leaky = leaky_node.operation
-    if not isinstance(leaky, keras.layers.LeakyReLU):
-        return skip(f"BatchNormalization is followed by {kind(leaky)}, not a LeakyReLU")
+    alpha = leaky_slope(leaky)
+    if alpha is None:
+        return skip(f"BatchNormalization is followed by {_followed(leaky)}, not a LeakyReLU")
     names.append(leaky.name)
     problem = dtype_problem(CONV, conv, bn, leaky)
     if problem:
@@ -72,14 +100,14 @@ def _match(rw, bn_node):
             first = zp_node
     try:
         CONV.infer_shapes([tuple(first.input_tensors[0].shape), tuple(conv.kernel.shape)]
-                          + [(conv.filters,)] * 5, **attrs, epsilon=bn.epsilon, alpha=leaky.negative_slope)
+                          + [(conv.filters,)] * 5, **attrs, epsilon=bn.epsilon, alpha=alpha)
     except ValueError as e:
         return skip(f"the fused op rejects it: {e}")
     originals = ([pad.name] if pad is not None else []) + names
 
     def make(layer_name):
         return FusedConvBnLeaky(conv.filters, conv.kernel_size, use_bias=conv.use_bias, center=bn.center,
-                                scale=bn.scale, epsilon=bn.epsilon, alpha=leaky.negative_slope,
+                                scale=bn.scale, epsilon=bn.epsilon, alpha=alpha,
                                 replaces=originals, name=layer_name, dtype=conv.dtype_policy, **attrs)
 
     def weights():
@@ -89,6 +117,15 @@ def _match(rw, bn_node):
     rw.plan(leaky_node, "conv_bn_leaky", f"{conv.name}_bn_leaky", make, weights, first,
             [n for n in (first, conv_node, bn_node) if n is not leaky_node], originals,
             folds=("zero_padding",) if pad is not None else ())
+
+
+def _followed(layer) -> str:
+    """What follows the BatchNormalization, an Activation layer with its function's name."""
+    import keras
+    if isinstance(layer, keras.layers.Activation):
+        fn = getattr(layer.activation, "func", layer.activation)
+        return f"{kind(layer)} ({getattr(fn, '__name__', str(fn))})"
+    return kind(layer)
 
 
 def _fold_padding(rw, zp_node, conv, attrs):

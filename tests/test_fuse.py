@@ -383,3 +383,40 @@ def test_a_precision_the_ops_do_not_take_is_a_near_miss_naming_it():
     assert ln.reason == f"LayerNormalization 'ln' computes in float64; FusedLayerNorm takes {list(norm.dtypes)}"
     x = np.random.default_rng(1).uniform(size=(2, 6, 6, 3))
     np.testing.assert_array_equal(np.asarray(f(x)), np.asarray(m(x)))
+
+
+# -- Activation("leaky_relu") ----------------------------------------------------------
+
+def _cb_activation(x, name, activation, strides=1):
+    x = keras.layers.Conv2D(5, 3, strides=strides, padding="same", name=f"{name}_conv")(x)
+    return keras.layers.Activation(activation, name=f"{name}_act")(keras.layers.BatchNormalization(name=f"{name}_bn")(x))
+
+
+def test_activation_leaky_relu_fuses_at_its_own_slope():
+    """Conv2D -> BatchNormalization -> Activation('leaky_relu') fuses with the
+    slope keras.activations.leaky_relu runs with (0.2), not LeakyReLU's 0.3;
+    the fused model computes what the unfused one does on odd sizes and batch 1
+    (not on an empty batch: the unfused Keras conv itself fails there); Activation('relu') after the BN, and an Activation('leaky_relu')
+    after no BN, are near misses that say what they are."""
+    import functools
+    inp = keras.Input((None, None, 3))
+    x = _cb_activation(inp, "a", "leaky_relu", strides=2)
+    x = _cb_activation(x, "b", functools.partial(keras.activations.leaky_relu, negative_slope=0.05))
+    x = _cb_activation(x, "r", "relu")
+    x = keras.layers.Activation("leaky_relu", name="lonely")(keras.layers.Dense(4, name="d")(x))
+    m = keras.Model(inp, x)
+    _randomize(m, 5)
+    f, report = fuse(m)
+    assert report.fused("conv_bn_leaky") == 2
+    assert f.get_layer("a_conv_bn_leaky").op_attrs["alpha"] == pytest.approx(0.2)
+    assert f.get_layer("a_conv_bn_leaky").replaces == ["a_conv", "a_bn", "a_act"]
+    assert f.get_layer("b_conv_bn_leaky").op_attrs["alpha"] == pytest.approx(0.05)
+    reasons = {tuple(s.layers): s.reason for s in report.skipped("conv_bn_leaky")}
+    assert reasons == {("r_conv", "r_bn"): "BatchNormalization is followed by Activation 'r_act' (relu), not a LeakyReLU",
+                       ("lonely",): "Activation('leaky_relu') follows Dense 'd', not a BatchNormalization"}, reasons
+    rng = np.random.default_rng(7)
+    for shape in [(2, 9, 7, 3), (1, 1, 1, 3), (3, 4, 6, 3)]:
+        x = rng.uniform(-1, 1, size=shape).astype(np.float32)
+        ref = _outputs(m, x)[0]
+        assert (ref < 0).any()  # the negative side, where the slope shows, is reached
+        assert_model_close("YoloConvBnLeaky", _outputs(f, x)[0], ref, f"Activation('leaky_relu') {shape}")

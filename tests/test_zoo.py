@@ -21,6 +21,12 @@ keras = pytest.importorskip("keras")
 ZOO = Path(__file__).resolve().parents[1] / "benchmarks" / "zoo.py"
 
 
+def _input_name(model):
+    """The name the zoo's feeds use for a one-input model (bridge.modelsource's, not Keras's made-up one)."""
+    from bridge.modelsource import keras_input_names
+    return keras_input_names(model)[0]
+
+
 def _zoo():
     if "bridge_zoo" not in sys.modules:
         spec = importlib.util.spec_from_file_location("bridge_zoo", ZOO)
@@ -38,9 +44,9 @@ def test_batchnorm_statistics_are_calibrated(shape, rng):
     bn2 = keras.layers.BatchNormalization()
     h = conv(x)
     model = keras.Model(x, bn2(keras.layers.Dense(3)(bn1(h))))
-    feeds = [{model.inputs[0].name: (rng.random(shape) * 5 + 2).astype("float32")} for _ in range(2)]
+    feeds = [{_input_name(model): (rng.random(shape) * 5 + 2).astype("float32")} for _ in range(2)]
     assert _zoo().calibrate_batchnorm(model, feeds) == 2
-    batch = np.concatenate([f[model.inputs[0].name] for f in feeds]).astype(np.float64)
+    batch = np.concatenate([f[_input_name(model)] for f in feeds]).astype(np.float64)
     pre = np.asarray(keras.Model(x, h)(batch.astype("float32")), np.float64)
     np.testing.assert_allclose(bn1.moving_mean.numpy(), pre.mean(axis=(0, 1, 2)), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(bn1.moving_variance.numpy(), pre.var(axis=(0, 1, 2)), rtol=1e-3, atol=1e-5)
@@ -62,9 +68,9 @@ def test_batchnorm_leaves_unit_variance_in_inference(case, rng):
         h = drop(keras.layers.Dense(6)(h))
     bn = keras.layers.BatchNormalization(epsilon=1e-3)
     model = keras.Model(x, keras.layers.Dense(4)(bn(h)))
-    feeds = [{model.inputs[0].name: rng.random((4, 5, 5, 3)).astype("float32")} for _ in range(3)]
+    feeds = [{_input_name(model): rng.random((4, 5, 5, 3)).astype("float32")} for _ in range(3)]
     _zoo().calibrate_batchnorm(model, feeds)
-    batch = np.concatenate([f[model.inputs[0].name] for f in feeds])
+    batch = np.concatenate([f[_input_name(model)] for f in feeds])
     out = np.asarray(keras.Model(model.inputs, bn.output)(batch, training=False), np.float64)
     assert np.all(np.abs(out.mean(axis=(0, 1, 2))) < 1e-3), out.mean(axis=(0, 1, 2))
     np.testing.assert_allclose(out.std(axis=(0, 1, 2)), 1, atol=1e-2)
@@ -117,9 +123,9 @@ def test_classifier_logits_are_calibrated(offset, rng):
     head = keras.layers.Dense(5, activation="softmax")
     model = keras.Model(x, head(h))
     head.kernel.assign(head.kernel.numpy() * 300 + offset)  # a softmax decided by rounding; + a per-input offset
-    feeds = [{model.inputs[0].name: rng.standard_normal((7, 6)).astype("float32")}]
+    feeds = [{_input_name(model): rng.standard_normal((7, 6)).astype("float32")}]
     assert _zoo().calibrate_logits(model, feeds) == 1
-    hidden = np.asarray(keras.Model(x, h)(feeds[0][model.inputs[0].name]), np.float64)
+    hidden = np.asarray(keras.Model(x, h)(feeds[0][_input_name(model)]), np.float64)
     logits = hidden @ head.kernel.numpy().astype(np.float64) + head.bias.numpy()
     across = np.sqrt(np.mean(np.var(logits, axis=-1)))
     assert abs(across - _zoo().LOGIT_STD) < 1e-3

@@ -277,8 +277,9 @@ SPEC = OpSpec(
     _from_onnx=_from_onnx,
     _examples=_examples,
     _bad_inputs=_bad_inputs,
-    fusion=(Pattern("conv_bn_leaky", "Conv2D -> BatchNormalization -> LeakyReLU",
-                    (Link("Conv2D"), Link("BatchNormalization"), Link("LeakyReLU")),
+    fusion=(Pattern("conv_bn_leaky", "Conv2D -> BatchNormalization -> LeakyReLU (or Activation('leaky_relu'), "
+                    "at its own slope)",
+                    (Link("Conv2D"), Link("BatchNormalization"), Link(("LeakyReLU", "Activation"), "leaky_re_lu")),
                     hook="bridge.converters.fuse_yolo_conv_bn_leaky"),
             Pattern("zero_padding", "ZeroPadding2D before a VALID Conv2D (folded into EXPLICIT pads)",
                     (Link("ZeroPadding2D"), Link("Conv2D")), folded_into="conv_bn_leaky")),
