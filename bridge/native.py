@@ -113,11 +113,13 @@ def cpu_name() -> str:
 def _in_other_project(path: Path, root: Path) -> bool:
     """Whether `path` lies in a folder below `root` that is a CMake project or
     build of its own (a CMakeLists.txt or CMakeCache.txt there: a team's `ort/`
-    kernel beside its TensorFlow one, an in-tree `build/`), which does not go
+    kernel beside its TensorFlow one, an in-tree `build/`; or a folder of LiteRT
+    op files, `litert/`, built into bridge's LiteRT kernels), which does not go
     into `root`'s build (bridge's CMake files use no add_subdirectory)."""
     for folder in path.relative_to(root).parents:
         if folder != Path(".") and ((root / folder / "CMakeLists.txt").is_file()
-                                    or (root / folder / "CMakeCache.txt").is_file()):
+                                    or (root / folder / "CMakeCache.txt").is_file()
+                                    or is_litert_folder(root / folder)):
             return True
     return False
 

@@ -45,9 +45,9 @@ def test_a_build_is_cached_by_its_inputs(tmp_path, monkeypatch):
 
 
 def test_the_key_leaves_out_nested_projects_and_builds_but_not_the_projects_own_folders(tmp_path, monkeypatch):
-    """A team's ort/ kernel (a CMake project of its own) or an in-tree build/
-    (CMakeCache.txt) beside its TensorFlow op does not change the op library's
-    key; a header in a plain subfolder of the project does."""
+    """A team's ort/ kernel (a CMake project of its own), its litert/ op files or
+    an in-tree build/ (CMakeCache.txt) beside its TensorFlow op do not change the
+    op library's key; a header in a plain subfolder of the project does."""
     src, b = _project(tmp_path, monkeypatch, "keyed", "extern \"C\" int answer() { return 42; }\n")
     key = b.key()
     for sub, marker in (("ort", "CMakeLists.txt"), ("build", "CMakeCache.txt")):
@@ -55,6 +55,9 @@ def test_the_key_leaves_out_nested_projects_and_builds_but_not_the_projects_own_
         (src / sub / marker).write_text("# another project\n")
         (src / sub / "kernel.cc").write_text("int other() { return 1; }\n")
         assert b.key() == key, sub
+    (src / "litert").mkdir()  # LiteRT op files (--litert-library): built into bridge's LiteRT kernels
+    (src / "litert" / "op.cc").write_text("const int kRegistered = register_op(&kDef);\n")
+    assert b.key() == key
     (src / "include").mkdir()
     (src / "include" / "shared.h").write_text("#define VALUE 1\n")
     assert b.key() != key
