@@ -139,6 +139,9 @@ class Build:
     probe_source: str = ""         # a C++ file including the build's headers, compiled to pick the CPU flags
     probe_flags: List[str] = field(default_factory=list)  # compile flags the probe needs (include paths)
     target: str = ""               # what `bridge build` calls it, when not `name` (a team's folder)
+    # options left out of the key: paths of files whose content extra_sources keys
+    # (a team's folder in a new place, e.g. a test's tmp folder, is the same build)
+    unkeyed: Tuple[str, ...] = ()
 
     @functools.cached_property
     def cpu(self) -> cpu_flags.CpuFlags:
@@ -163,7 +166,7 @@ class Build:
         for p in self._sources():
             h.update(str(p.relative_to(self.source_dir) if p.is_relative_to(self.source_dir) else p.name).encode())
             h.update(p.read_bytes())
-        h.update(json.dumps(sorted(self.options.items())).encode())
+        h.update(json.dumps(sorted((k, v) for k, v in self.options.items() if k not in self.unkeyed)).encode())
         h.update(_compiler_id(cxx_compiler()).encode())
         flags = self.cpu.flags
         h.update(json.dumps(flags).encode())
@@ -568,6 +571,7 @@ def litert_library_build(folder, portable: Optional[bool] = None) -> Build:
     return replace(base, name=f"litertlib-{name}", target=str(folder),
                    options={**base.options, "BRIDGE_EXTRA_OP_SOURCES": ";".join(map(str, sources))},
                    extra_sources=[*base.extra_sources, *sources, *sorted(folder.glob("*.h"))],
+                   unkeyed=("BRIDGE_EXTRA_OP_SOURCES",),
                    describe=f"the LiteRT kernels with {folder}'s ops for ai-edge-litert {litert_version()}")
 
 # -- CUDA ---------------------------------------------------------------------

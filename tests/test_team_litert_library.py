@@ -138,6 +138,7 @@ def test_the_team_build_is_apart_from_bridges_own_and_keyed_by_the_team_files(li
     copy = tmp_path / "litert"
     shutil.copytree(LITERT_FOLDER, copy)
     before = native.litert_library_build(copy).key()
+    assert before == team.key()  # the same files elsewhere (a tmp folder): the same build, not a rebuild
     source = copy / "fused_bias_gelu.cc"
     source.write_text(source.read_text() + "\n// one more line\n")
     assert native.litert_library_build(copy).key() != before  # the same folder, another kernel: rebuilt
