@@ -89,6 +89,15 @@ TEXT_CORE = {k: v for k, v in TEXT.items() if k != "max_sequence_length"}
 VISION_TOWER = dict(patch_size=8, hidden_dim=16, num_layers=1, num_heads=2, intermediate_dim=32)
 TEXT_TOWER = dict(vocabulary_size=97, embedding_dim=16, hidden_dim=16, num_layers=1, num_heads=2,
                   intermediate_dim=32, max_sequence_length=SEQ)
+MIT = dict(layerwise_depths=[1, 1], num_layers=2, layerwise_num_heads=[1, 2], layerwise_sr_ratios=[2, 1],
+           max_drop_path_rate=0.0, layerwise_patch_sizes=[7, 3], layerwise_strides=[4, 2], hidden_dims=[16, 32],
+           **IMAGE)
+# keras_hub insists on 64 filters in the stem and the first stage
+RESNET = dict(input_conv_filters=[64], input_conv_kernel_sizes=[7], stackwise_num_filters=[64, 32],
+              stackwise_num_blocks=[1, 1], stackwise_num_strides=[1, 2], block_type="basic_block", **IMAGE)
+RESNET3 = dict(RESNET, stackwise_num_filters=[64, 32, 32], stackwise_num_blocks=[1, 1, 1],
+               stackwise_num_strides=[1, 2, 2])  # pyramid levels P2-P4, for the heads that take them
+PARSEQ_LABEL = 6
 
 
 @dataclass(frozen=True)
@@ -124,10 +133,7 @@ HUB = {  # keras_hub class: (small config, quick)
                             stackwise_strides=[2, 2], stackwise_num_filters=[16, 32], block_type="dark_block",
                             stage_type="csp", bottle_ratio=(0.5, 1.0), block_ratio=(1.0, 0.5),
                             expand_ratio=(2.0, 1.0), stem_padding="same", down_growth=True, **IMAGE), True),
-    # keras_hub insists on 64 filters in the stem and the first stage
-    "ResNetBackbone": (dict(input_conv_filters=[64], input_conv_kernel_sizes=[7], stackwise_num_filters=[64, 32],
-                            stackwise_num_blocks=[1, 1], stackwise_num_strides=[1, 2], block_type="basic_block",
-                            **IMAGE), False),
+    "ResNetBackbone": (RESNET, False),
     "HGNetV2Backbone": (dict(depths=[1, 1], embedding_size=16, hidden_sizes=[16, 32], stem_channels=[3, 8, 16],
                              hidden_act="relu", use_learnable_affine_block=False,
                              stackwise_stage_filters=[[16, 8, 16, 1, 1, 3], [16, 8, 32, 1, 1, 3]],
@@ -151,9 +157,7 @@ HUB = {  # keras_hub class: (small config, quick)
     "XceptionBackbone": (dict(stackwise_conv_filters=[[8, 16], [16, 32], [32, 32]],
                               stackwise_pooling=[True, True, False], **IMAGE), False),
     # vision: transformers
-    "MiTBackbone": (dict(layerwise_depths=[1, 1], num_layers=2, layerwise_num_heads=[1, 2],
-                         layerwise_sr_ratios=[2, 1], max_drop_path_rate=0.0, layerwise_patch_sizes=[7, 3],
-                         layerwise_strides=[4, 2], hidden_dims=[16, 32], **IMAGE), False),
+    "MiTBackbone": (MIT, False),
     "DeiTBackbone": (dict(patch_size=8, num_layers=2, num_heads=2, hidden_dim=16, intermediate_dim=32, **IMAGE),
                      False),
     "SwinTransformerBackbone": (dict(embed_dim=16, depths=[1, 1], num_heads=[1, 2], window_size=4, patch_size=4,
@@ -173,6 +177,50 @@ HUB = {  # keras_hub class: (small config, quick)
                           text_encoder=Part("CLIPTextEncoder", TEXT_TOWER), projection_dim=16), False),
     "SigLIPBackbone": (dict(vision_encoder=Part("SigLIPVisionEncoder", dict(VISION_TOWER, **IMAGE)),
                             text_encoder=Part("SigLIPTextEncoder", TEXT_TOWER)), False),
+    # more vision: newer ViTs, and heads on a small encoder (DeepLabV3's ASPP and RetinaNet's FPN are 256 wide,
+    # fixed by keras_hub: ~0.5M and ~1.3M weights)
+    "DINOV3Backbone": (dict(patch_size=8, num_layers=2, hidden_dim=16, num_heads=2, intermediate_dim=32, **IMAGE),
+                       False),
+    "ViTDetBackbone": (dict(hidden_size=16, num_layers=2, intermediate_dim=32, num_heads=2,
+                            global_attention_layer_indices=[1], patch_size=8, num_output_channels=16, window_size=2,
+                            **IMAGE), False),
+    "SegFormerBackbone": (dict(image_encoder=Part("MiTBackbone", MIT), projection_filters=16), False),
+    "DeepLabV3Backbone": (dict(image_encoder=Part("ResNetBackbone", RESNET3), spatial_pyramid_pooling_key="P4",
+                               upsampling_size=4, dilation_rates=[2], low_level_feature_key="P2",
+                               projection_filters=16, **IMAGE), False),
+    "RetinaNetBackbone": (dict(image_encoder=Part("ResNetBackbone", RESNET3), min_level=3, max_level=4, use_p5=False,
+                               **IMAGE), False),
+    "PARSeqBackbone": (dict(image_encoder=Part("ViTBackbone", dict(IMAGE, patch_size=8, num_layers=1, num_heads=2,
+                                                                   hidden_dim=16, mlp_dim=32)),
+                            vocabulary_size=20, max_label_length=PARSEQ_LABEL, decoder_hidden_dim=16,
+                            num_decoder_layers=1, num_decoder_heads=2, decoder_mlp_dim=32, dropout_rate=0.0,
+                            attention_dropout=0.0), False),
+    # more decoders: mixtures of experts (2 experts, top 1), RWKV's recurrence, sliding-window layers
+    "Llama3Backbone": (DECODER, False),
+    "Qwen3Backbone": (dict(DECODER, head_dim=8), False),
+    "Gemma3Backbone": (dict(DECODER, image_size=32, head_dim=8), False),
+    "MixtralBackbone": (dict(DECODER, num_experts=2, top_k=1), False),
+    "QwenMoeBackbone": (dict(DECODER, moe_intermediate_dim=16, shared_expert_intermediate_dim=16, num_experts=2,
+                             top_k=1), False),
+    "Qwen3MoeBackbone": (dict(DECODER, moe_intermediate_dim=16, num_experts=2, top_k=1, head_dim=8), False),
+    "GptOssBackbone": (dict(DECODER, num_experts=2, top_k=1, head_dim=8), False),
+    "SmolLM3Backbone": (dict(vocabulary_size=97, hidden_dim=16, intermediate_dim=32, num_layers=2,
+                             num_attention_heads=2, num_key_value_heads=1, attention_bias=False,
+                             attention_dropout=0.0, rope_layer_enabled_list=[True, False],
+                             layer_types=["full_attention"] * 2, mlp_bias=False, layer_norm_epsilon=1e-6,
+                             max_position_embeddings=32, rope_theta=10000.0, partial_rotary_factor=1.0), False),
+    "RWKV7Backbone": (dict(hidden_size=16, head_size=8, num_layers=2, vocabulary_size=97, intermediate_dim=32,
+                           gate_lora=8, mv_lora=8, aaa_lora=8, decay_lora=8), False),
+    # more encoder-decoders
+    "EdRecBackbone": (dict(vocab_size=97, num_layers_enc=1, num_layers_dec=1, hidden_dim=16, intermediate_dim=32,
+                           num_heads=2), False),
+    "T5GemmaBackbone": ({**{f"{side}_{k}": v for side in ("encoder", "decoder") for k, v in
+                            dict(hidden_dim=16, intermediate_dim=32, num_layers=1, num_attention_heads=2,
+                                 num_key_value_heads=1, head_dim=8, layer_types=["full_attention"]).items()},
+                         "vocabulary_size": 97}, False),
+    "MoonshineBackbone": (dict(vocabulary_size=97, filter_dim=16, encoder_num_layers=1, decoder_num_layers=1,
+                               hidden_dim=16, intermediate_dim=32, encoder_num_heads=2, decoder_num_heads=2,
+                               max_position_embeddings=64), False),
 }
 # models whose inputs are not all images or all token ids: {input name: full shape}
 HUB_INPUTS = {
@@ -180,6 +228,10 @@ HUB_INPUTS = {
                         "decoder_padding_mask": (1, SEQ)},
     "CLIPBackbone": {"images": (1, 32, 32, 3), "token_ids": (1, SEQ)},
     "SigLIPBackbone": {"images": (1, 32, 32, 3), "token_ids": (1, SEQ)},
+    "PARSeqBackbone": {"images": (1, 32, 32, 3), "token_ids": (1, PARSEQ_LABEL), "padding_mask": (1, PARSEQ_LABEL)},
+    # 0.1 s of 16 kHz audio (the encoder's convolutions stride 64, 3 and 2)
+    "MoonshineBackbone": {"encoder_input_values": (1, 1600, 1), "encoder_padding_mask": (1, 1600),
+                          "decoder_token_ids": (1, SEQ), "decoder_padding_mask": (1, SEQ)},
 }
 
 
@@ -205,7 +257,9 @@ def _image_shapes(size):
 def _hub_shapes(cls, config):
     if cls in HUB_INPUTS:
         return lambda size: HUB_INPUTS[cls]
-    image = config.get("image_shape", config.get("input_shape"))
+    parts = [v.config for v in config.values() if isinstance(v, Part)]  # SegFormer: its encoder's
+    image = next((c.get("image_shape", c.get("input_shape")) for c in [config] + parts
+                  if c.get("image_shape", c.get("input_shape")) is not None), None)
     if image is not None:
         return lambda size: {"": (1, *image)}
     return lambda size: "tokens"  # every input [1, SEQ]; names read from the model
@@ -259,8 +313,8 @@ def scale_residual_branches(model) -> int:
     import keras
     branches = []
     for layer in model._flatten_layers(include_self=False, recursive=True):
-        if not isinstance(layer, keras.layers.Add):
-            continue
+        if not isinstance(layer, keras.layers.Add) or not layer._inbound_nodes:  # called from a layer's own
+            continue                                                                # code (RetinaNet's FPN): no graph
         ends = [_branch_end(node) for node in _inbound_layers(layer)]
         found = [e for e in ends if e is not None]
         if len(found) == 1 and len(ends) == 2:  # a projection shortcut (BN or conv on both sides) is not a branch

@@ -277,7 +277,7 @@ def convert_raw(fn, input_signature, *, opset: int, output_names: Optional[Seque
     import tf2onnx
     from bridge import onnx_plugins  # noqa: F401  registers the com.bridge schemas (output shapes)
     from .tf2onnx_common import custom_opset, fresh_node_protos, register_all
-    from .tf2onnx_repairs import split_extra_conv_bias
+    from .tf2onnx_repairs import scalar_one_hot_depth, split_extra_conv_bias
     from .tf_graph import captured_constants, constants_to_initializers, xla_calls_inlined
     register_all()
     concrete = fn.get_concrete_function(*input_signature)
@@ -302,6 +302,7 @@ def convert_raw(fn, input_signature, *, opset: int, output_names: Optional[Seque
         raise failure
     constants_to_initializers(model, constants, [s.name for s in input_signature])
     split_extra_conv_bias(model)
+    scalar_one_hot_depth(model)
     bad = unsupported_nodes(model, opset)
     if bad:
         raise _unsupported_error(bad, opset)

@@ -7,6 +7,12 @@
   Conv2D -> BiasAdd -> BiasAdd, and tf2onnx's conv/bias rewriter folds both
   into the Conv: a Conv node with 4 inputs, which no runtime loads. The fourth
   input becomes an Add after the Conv again, broadcast over the channels.
+- `scalar_one_hot_depth`: tf2onnx gives OneHot its depth as a one-element 1-D
+  tensor. ONNX allows that, but onnx's reference evaluator (onnx 1.23 under
+  numpy 2) calls np.arange on it and fails ("only 0-dimensional arrays can be
+  converted to Python scalars"): every mixture-of-experts router (Mixtral,
+  Qwen-MoE, GPT-OSS) failed parity there. The depth becomes a scalar, which
+  every runtime takes.
 """
 from __future__ import annotations
 
@@ -52,6 +58,51 @@ def split_extra_conv_bias(model) -> int:
         del graph.node[:]
         graph.node.extend(nodes)
     return rewritten
+
+
+def scalar_one_hot_depth(model) -> int:
+    """Gives, in place, every OneHot a scalar depth: a one-element initializer
+    becomes a scalar initializer of the same value, any other depth is reshaped
+    to a scalar before it; returns how many OneHot nodes it changed."""
+    from onnx import helper, numpy_helper
+    graph = model.graph
+    inits = {i.name: i for i in graph.initializer}
+    producers = {o: n for n in graph.node for o in n.output}
+    taken = _names(graph)
+    scalars = {}   # 1-D depth name -> its scalar's name
+    scalar_shape = None
+    changed = 0
+    nodes = []
+    for node in graph.node:
+        if node.op_type != "OneHot" or node.domain not in ("", "ai.onnx") or len(node.input) < 2:
+            nodes.append(node)
+            continue
+        depth = node.input[1]
+        init = inits.get(depth)
+        made = producers.get(depth)
+        reshaped = made is not None and made.op_type == "Reshape" and len(made.input) == 2 and \
+            made.input[1] in inits and list(inits[made.input[1]].dims) == [0]
+        if reshaped or init is not None and (len(init.dims) == 0 or int(np.prod(init.dims)) != 1):
+            nodes.append(node)  # already a scalar, or no valid depth at all (the checker names it)
+            continue
+        if depth not in scalars:
+            scalars[depth] = _fresh(f"{depth}/scalar", taken)
+            if init is not None:
+                graph.initializer.append(numpy_helper.from_array(numpy_helper.to_array(init).reshape(()),
+                                                                 scalars[depth]))
+            else:
+                if scalar_shape is None:  # the shape [] that Reshape makes a scalar with
+                    scalar_shape = _fresh("bridge_scalar_shape", taken)
+                    graph.initializer.append(numpy_helper.from_array(np.zeros(0, np.int64), scalar_shape))
+                nodes.append(helper.make_node("Reshape", [depth, scalar_shape], [scalars[depth]],
+                                              name=scalars[depth]))
+        node.input[1] = scalars[depth]
+        nodes.append(node)
+        changed += 1
+    if changed:
+        del graph.node[:]
+        graph.node.extend(nodes)
+    return changed
 
 
 def _spatial_rank(graph, conv) -> int:
