@@ -635,6 +635,8 @@ def _without_bridge_handlers():
             for name in tf2onnx_standard.HANDLES_STANDARD:
                 if name in handlers:
                     removed.append((handlers, name, handlers.pop(name)))
+    for (domain, version, name), own in tf2onnx_standard.REPLACED.items():  # tf2onnx's own, where bridge's
+        tf_op.get_opsets()[domain][version][name] = own                       # replaced it
     try:
         yield
     finally:

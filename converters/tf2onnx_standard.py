@@ -7,14 +7,18 @@ but real Keras 3 models emit. Registered by `tf2onnx_common.register_all`.
   multiplies it by 0.5 * x there and adds nothing: the absolute error stays at
   float32 rounding of 1.
 - Complex, FFT2D, Real, Imag (keras.ops.fft2, FNet): converters/tf2onnx_fft.py.
+- TensorListStack of a list filled in straight-line code (RWKV7's recurrence):
+  converters/tf2onnx_tensor_list.py (tf2onnx's own handler, replaced, is kept
+  in its REPLACED for the zoo's plain run).
 """
 from __future__ import annotations
 
 import numpy as np
 
 from .tf2onnx_fft import HANDLES_FFT
+from .tf2onnx_tensor_list import HANDLES_TENSOR_LIST, REPLACED  # noqa: F401  (REPLACED: for the zoo)
 
-HANDLES_STANDARD = ("Erfc",) + HANDLES_FFT  # the zoo takes these out for its plain tf2onnx run
+HANDLES_STANDARD = ("Erfc",) + HANDLES_FFT + HANDLES_TENSOR_LIST  # the zoo takes these out for its plain run
 _registered = False
 
 
@@ -43,6 +47,7 @@ def register() -> None:
             ctx.make_node("Sub", [one.output[0], erf.output[0]], outputs=node.output, name=node.name,
                           shapes=[shapes], dtypes=[dtypes])
 
-    from . import tf2onnx_fft
+    from . import tf2onnx_fft, tf2onnx_tensor_list
     tf2onnx_fft.register()
+    tf2onnx_tensor_list.register()
     _registered = True
