@@ -66,3 +66,25 @@ def test_backbone_input_names_survive_loading(tmp_path):
     assert modelsource.keras_input_names(named) == ["pixel_values_input"]
     x = keras.Input((4,), name="keras_tensor_7x")
     assert modelsource.keras_input_names(keras.Model(x, keras.layers.Dense(2)(x))) == ["keras_tensor_7x"]
+
+
+@pytest.mark.slow
+def test_every_hub_backbone_builds_small_and_is_fed_what_it_takes():
+    """Each HUB config builds offline, stays small (DeepLabV3's and RetinaNet's
+    heads are 256 wide whatever the config: under 1.5M weights; the rest under
+    200k, ResNet's 64 filters it insists on the largest of them), and the zoo's shapes name exactly the model's inputs: an image model
+    has one float input, a token model only integer or boolean ones."""
+    from bridge import modelsource
+    zoo = _zoo()
+    for cls, (config, _) in zoo.HUB.items():
+        model = zoo._hub(cls, config)(32)
+        limit = 1_500_000 if cls in ("DeepLabV3Backbone", "RetinaNetBackbone") else 200_000
+        assert model.count_params() < limit, (cls, model.count_params())
+        infos = modelsource.from_object(model).inputs
+        shapes = zoo._hub_shapes(cls, config)(32)
+        if shapes == "tokens":
+            assert all(np.dtype(i.dtype).kind in "iub" for i in infos), (cls, infos)
+        elif list(shapes) == [""]:
+            assert len(infos) == 1 and np.dtype(infos[0].dtype).kind == "f", (cls, infos)
+        else:
+            assert sorted(shapes) == sorted(i.name for i in infos), (cls, shapes, infos)
