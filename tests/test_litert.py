@@ -309,3 +309,44 @@ def test_an_empty_constant_is_refused_naming_the_output_and_its_shape(lib):
             model.run({"gamma": np.ones(4, np.float32)})
     finally:
         model.close()
+
+
+@pytest.mark.parametrize("dtype", ["bool", "uint8", "int8", "int16", "float64"])
+def test_inputs_and_outputs_of_every_element_type_are_copied(lib, dtype, rng):
+    """One-byte and other non-float32 tensors go in and come out as they are
+    (a bool mask copied as 0 bytes once ran on whatever the buffer held:
+    where(mask, x, -x) returned x)."""
+    import tensorflow as tf
+    tf_dtype = tf.as_dtype(dtype)
+
+    class M(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([5], tf_dtype, name="a"), tf.TensorSpec([5], tf.float32, name="x")])
+        def __call__(self, a, x):
+            if dtype == "bool":
+                return {"y": tf.where(a, x, -x), "back": a}
+            return {"y": tf.cast(a, tf.float32) * x, "back": a}
+
+    m = M()
+    conv = tf.lite.TFLiteConverter.from_concrete_functions([m.__call__.get_concrete_function()], m)
+    conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS, tf.lite.OpsSet.SELECT_TF_OPS] \
+        if dtype == "float64" else [tf.lite.OpsSet.TFLITE_BUILTINS]
+    try:
+        data = conv.convert()
+    except Exception as e:  # noqa: BLE001 - a type TFLite's converter does not take here
+        pytest.skip(f"the TFLite converter does not take {dtype} here: {str(e).splitlines()[0][:120]}")
+    a = (np.array([True, False, True, True, False]) if dtype == "bool"
+         else rng.integers(-3 if dtype != "uint8" else 0, 4, 5).astype(dtype))
+    x = rng.uniform(0.5, 1.5, 5).astype(np.float32)
+    try:
+        model = runtime.Model(data, custom=False, lib=lib)
+    except runtime.LiteRTError as e:
+        if "Flex" in str(e) or "Select" in str(e):
+            pytest.skip(f"LiteRT here runs no TF select ops: {str(e)[:120]}")
+        raise
+    try:
+        got = model.run({"a": a, "x": x})
+    finally:
+        model.close()
+    want = np.where(a, x, -x) if dtype == "bool" else a.astype(np.float64) * x
+    assert got["back"].dtype == np.dtype(dtype) and np.array_equal(got["back"], a), got["back"]
+    np.testing.assert_allclose(got["y"], want, rtol=1e-6, atol=0)

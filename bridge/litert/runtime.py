@@ -39,7 +39,9 @@ def _passive_openmp() -> None:
 
 _passive_openmp()
 # TFLite element types (LiteRtElementType carries TfLiteType numbers) -> numpy
-DTYPES = {1: np.float32, 2: np.int32, 4: np.int64, 10: np.float16, 3: np.uint8, 9: np.int8, 6: np.bool_}
+# (the element types native/harness.cc copies: it refuses any other when the model is opened)
+DTYPES = {1: np.float32, 2: np.int32, 4: np.int64, 10: np.float16, 3: np.uint8, 9: np.int8, 6: np.bool_,
+          7: np.int16, 11: np.float64}
 
 
 class LiteRTError(RuntimeError):

@@ -28,6 +28,10 @@ struct Harness {
   void* kernels = nullptr;
   std::vector<std::string> names[2];
   std::vector<LiteRtRankedTensorType> types[2];
+  std::vector<LiteRtTensor> tensors[2];
+  // output k is input alias[k] itself (a model that passes an input through): the
+  // compiled model writes nothing into its buffer, the harness copies the input there
+  std::vector<int> alias;
   std::vector<std::vector<int64_t>> input_shapes;
   std::vector<LiteRtTensorBuffer> outputs;
   std::vector<LiteRtRankedTensorType> output_types;
@@ -60,12 +64,19 @@ std::string why(Harness* h, const std::string& what, LiteRtStatus s) {
   return what + " failed (LiteRT status " + std::to_string(s) + ")";
 }
 
+// Bytes per element; 0 for a type the harness does not copy (refused when the model is opened:
+// a tensor copied as 0 bytes would run on whatever the buffer held)
 size_t element_size(int t) {
   switch (t) {
     case kBridgeLiteRtFloat32:
     case kBridgeLiteRtInt32: return 4;
-    case kBridgeLiteRtInt64: return 8;
-    case kBridgeLiteRtFloat16: return 2;
+    case kBridgeLiteRtInt64:
+    case kBridgeLiteRtFloat64: return 8;
+    case kBridgeLiteRtFloat16:
+    case kBridgeLiteRtInt16: return 2;
+    case kBridgeLiteRtBool:  // TFLite's bool is one byte, as numpy's
+    case kBridgeLiteRtInt8:
+    case kBridgeLiteRtUInt8: return 1;
     default: return 0;
   }
 }
@@ -116,10 +127,19 @@ BRIDGE_EXPORT void* bridge_litert_open(const char* path, int with_kernels, char*
         s = out ? LiteRtGetSignatureOutputTensorByIndex(sig, k, &t) : LiteRtGetSignatureInputTensorByIndex(sig, k, &t);
       if (s == kBridgeLiteRtOk) s = LiteRtGetRankedTensorType(t, &type);
       if (s != kBridgeLiteRtOk) return fail(why(h, "reading the signature's tensors", s));
+      if (element_size(type.element_type) == 0)
+        return fail(std::string(out ? "output " : "input ") + (name ? name : "") + ": element type " +
+                    std::to_string(type.element_type) + " (a TfLiteType) is not one bridge's LiteRT harness "
+                    "copies (float32/16/64, int8/16/32/64, uint8, bool)");
       h->names[out].push_back(name ? name : "");
       h->types[out].push_back(type);
+      h->tensors[out].push_back(t);
       if (!out) h->input_shapes.push_back(shape_of(type.layout));
     }
+  }
+  for (LiteRtTensor t : h->tensors[1]) {
+    auto in = std::find(h->tensors[0].begin(), h->tensors[0].end(), t);
+    h->alias.push_back(in == h->tensors[0].end() ? -1 : static_cast<int>(in - h->tensors[0].begin()));
   }
   if ((s = LiteRtCreateOptions(&h->options)) != kBridgeLiteRtOk) return fail(why(h, "LiteRtCreateOptions", s));
   if ((s = LiteRtSetOptionsHardwareAccelerators(h->options, kBridgeLiteRtCpu)) != kBridgeLiteRtOk)
@@ -223,6 +243,19 @@ BRIDGE_EXPORT int bridge_litert_run(void* handle, const void* const* data, const
     }
     h->outputs.push_back(b);
     h->output_types.push_back(t);
+  }
+  // before the run: the compiled model binds both buffers to the one tensor, and may read either
+  for (size_t k = 0; k < n_out; ++k) {
+    const int a = h->alias[k];
+    void* p = nullptr;
+    if (a < 0 || bytes_of(h->output_types[k]) != bytes_of(in_types[a])) continue;
+    if (LiteRtLockTensorBuffer(h->outputs[k], &p, kBridgeLiteRtLockWrite) != kBridgeLiteRtOk) {
+      cleanup();
+      say("could not lock output " + h->names[1][k], err, err_size);
+      return 1;
+    }
+    std::memcpy(p, data[a], bytes_of(in_types[a]));
+    LiteRtUnlockTensorBuffer(h->outputs[k]);
   }
   s = LiteRtRunCompiledModel(h->compiled, 0, ins.size(), ins.data(), h->outputs.size(), h->outputs.data());
   cleanup();

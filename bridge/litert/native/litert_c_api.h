@@ -28,8 +28,13 @@ constexpr LiteRtHwAcceleratorSet kBridgeLiteRtCpu = 1;  // bit 0: the CPU (XNNPa
 // Element types carry TFLite's TfLiteType numbers.
 constexpr int kBridgeLiteRtFloat32 = 1;
 constexpr int kBridgeLiteRtInt32 = 2;
+constexpr int kBridgeLiteRtUInt8 = 3;
 constexpr int kBridgeLiteRtInt64 = 4;
+constexpr int kBridgeLiteRtBool = 6;
+constexpr int kBridgeLiteRtInt16 = 7;
+constexpr int kBridgeLiteRtInt8 = 9;
 constexpr int kBridgeLiteRtFloat16 = 10;
+constexpr int kBridgeLiteRtFloat64 = 11;
 constexpr int kBridgeLiteRtHostMemory = 1;  // LiteRtTensorBufferType
 constexpr int kBridgeLiteRtLockRead = 0;    // LiteRtTensorBufferLockMode
 constexpr int kBridgeLiteRtLockWrite = 1;
