@@ -350,7 +350,7 @@ def export(source, output: str, *, mode=None, opset: Optional[int] = None, fuse:
            verbose: bool = False, progress=None, atol: Optional[float] = None, verify: bool = True,
            parser: str = "new", soc_version: str = DEFAULT_SOC, route: str = "builtin", **_) -> ExportResult:
     """The `--to ge` exporter (interface: bridge/commands/export.py)."""
-    from bridge.converters.export_onnx import at_lowest_opset, convert_raw
+    from bridge.converters.export_onnx import at_lowest_opset, convert_raw, embed_external
     from bridge.ascend.origins import EXPORT_OPSETS
     from bridge.modelsource import ModelSourceError
     progress = progress or quiet()
@@ -376,9 +376,11 @@ def export(source, output: str, *, mode=None, opset: Optional[int] = None, fuse:
         with progress.stage("converting"):
             # ATC's opsets (11..) are below the function bodies' 13: bare com.bridge nodes, no functions
             fn = source.function(model if source.is_keras else None)
-            (onnx_model, _), opset, note = at_lowest_opset(
+            # tf2onnx's large-model path for its memory (see export_onnx.export), the tensors put back
+            (onnx_model, external), opset, note = at_lowest_opset(
                 lambda o: convert_raw(fn, source.signature(), opset=o, output_names=source.output_names,
-                                      verbose=verbose), opsets)
+                                      verbose=verbose, large=True), opsets)
+            onnx_model = embed_external(onnx_model, external)
         details["opset"] = opset
         if note:
             summary.append(note)

@@ -119,22 +119,8 @@ def _convert_raw(eo, fn, signature, opset, names):
 
 
 def with_data(model, external: Dict[str, bytes]) -> Any:
-    """`model` with tf2onnx's external tensors (`external`: {location: bytes})
-    back inside it, in place: one self-contained ModelProto."""
-    if not external:
-        return model
-    import onnx
-    from onnx.external_data_helper import _get_all_tensors
-    for t in _get_all_tensors(model):
-        if t.data_location != onnx.TensorProto.EXTERNAL:
-            continue
-        location = next((e.value for e in t.external_data if e.key == "location"), None)
-        if location not in external:
-            raise RuntimeError(f"tensor {t.name!r}: tf2onnx kept its data at {location!r}, which it did not return")
-        t.raw_data = external[location]
-        del t.external_data[:]
-        t.data_location = onnx.TensorProto.DEFAULT
-    return model
+    """`model` with tf2onnx's external tensors back inside it (export_onnx.embed_external)."""
+    return _converters().embed_external(model, external)
 
 
 def has_custom_nodes(model) -> bool:
