@@ -110,18 +110,14 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def _in_other_project(path: Path, root: Path) -> bool:
-    """Whether `path` lies in a folder below `root` that is a CMake project or
-    build of its own (a CMakeLists.txt or CMakeCache.txt there: a team's `ort/`
-    kernel beside its TensorFlow one, an in-tree `build/`; or a folder of LiteRT
-    op files, `litert/`, built into bridge's LiteRT kernels), which does not go
-    into `root`'s build (bridge's CMake files use no add_subdirectory)."""
-    for folder in path.relative_to(root).parents:
-        if folder != Path(".") and ((root / folder / "CMakeLists.txt").is_file()
-                                    or (root / folder / "CMakeCache.txt").is_file()
-                                    or is_litert_folder(root / folder)):
-            return True
-    return False
+def _other_projects(root: Path) -> List[Path]:
+    """The folders below `root` that are a CMake project or build of their own
+    (a CMakeLists.txt or CMakeCache.txt there: a team's `ort/` kernel beside its
+    TensorFlow one, an in-tree `build/`; or a folder of LiteRT op files,
+    `litert/`, built into bridge's LiteRT kernels): their files do not go into
+    `root`'s build (bridge's CMake files use no add_subdirectory)."""
+    return [d for d in root.rglob("*") if d.is_dir() and ((d / "CMakeLists.txt").is_file()
+                                                         or (d / "CMakeCache.txt").is_file() or is_litert_folder(d))]
 
 
 @dataclass
@@ -156,9 +152,10 @@ class Build:
 
     def _sources(self):
         root = Path(self.source_dir)
+        others = _other_projects(root)
         files = sorted(p for p in root.rglob("*")
                        if p.is_file() and p.suffix in (".cc", ".h", ".cu", ".cuh", ".txt", ".cmake", ".hpp", ".cpp")
-                       and not _in_other_project(p, root))
+                       and not any(p.is_relative_to(d) for d in others))
         return files + [Path(p) for p in self.extra_sources]
 
     def key(self) -> str:
