@@ -99,17 +99,15 @@ def float64_reference(source, feeds: Mapping[str, np.ndarray]) -> Optional[Calla
     (a SavedModel's graph is fixed at float32)."""
     if not source.is_keras:
         return None
-    from bridge.parity.float64 import NoFloat64, twin_outputs
+    from bridge.parity.float64 import NoFloat64, no_verdict, twin_outputs
     memo: dict = {}
 
     def run():
         if "out" not in memo:
             try:
                 memo["out"] = twin_outputs(source.model, source.output_names, feeds)
-            except NoFloat64 as e:
-                memo["out"] = e
             except Exception as e:  # noqa: BLE001 - no verdict; the check keeps its FAIL and says why
-                memo["out"] = NoFloat64(f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}")
+                memo["out"] = e if isinstance(e, NoFloat64) else NoFloat64(no_verdict(e))
         if isinstance(memo["out"], Exception):
             raise memo["out"]
         return memo["out"]

@@ -83,6 +83,14 @@ def keras_float64(model, dtype="float64"):
     return twin
 
 
+def no_verdict(e: BaseException) -> str:
+    """Why a float64 run gave no verdict, in one line: NoFloat64's own words, or
+    the error that ended the run."""
+    if isinstance(e, NoFloat64):
+        return str(e)
+    return f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"
+
+
 def float64_outputs(source, arrays: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
     """The float64 answer of a parity source's Keras model (NoFloat64 for other kinds)."""
     if source.kind != "keras":
@@ -126,7 +134,7 @@ def rejudge(source, arrays: Mapping[str, np.ndarray], reference: Mapping[str, np
         with source.stages.stage(f"{NAME}: run"):
             f64 = float64_outputs(source, arrays)
     except Exception as e:  # noqa: BLE001 - no float64 verdict: the rows stay as they are, saying why
-        why = str(e) if isinstance(e, NoFloat64) else f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
+        why = no_verdict(e)
         for res in results:
             if res.name in kept:
                 res.outputs = {k: _with_note(c, f"no float64 verdict: {why}") if _needs(c) else c
