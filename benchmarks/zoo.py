@@ -757,11 +757,12 @@ def summary(rows: List[Row]) -> str:
                          + (f", {ill} ill-conditioned (float32 cannot resolve them; neither pass nor FAIL)"
                             if ill else ""))
     plain_ok = sum(r.plain == "converts" for r in built)
-    ill = (sum(r.roads.get("onnx", "").startswith(ILL) for r in built), sum(r.plain == f"converts ({ILL})" for r in built))
+    ill_bridge = sum(r.roads.get("onnx", "").startswith(ILL) for r in built)
+    ill_plain = sum(r.plain == f"converts ({ILL})" for r in built)
     both = [r for r in built if r.ort_ms and r.plain_ort_ms]
     lines.append(f"bridge onnx export: {sum(r.roads.get('onnx', '').startswith('pass') for r in built)}/{len(built)} "
-                 f"convert and verify" + (f" ({ill[0]} more ill-conditioned)" if ill[0] else "")
-                 + f"; plain tf2onnx: {plain_ok}/{len(built)}" + (f" ({ill[1]} more ill-conditioned)" if ill[1] else ""))
+                 f"convert and verify" + (f" ({ill_bridge} more ill-conditioned)" if ill_bridge else "")
+                 + f"; plain tf2onnx: {plain_ok}/{len(built)}" + (f" ({ill_plain} more ill-conditioned)" if ill_plain else ""))
     if both:
         ratio = np.exp(np.mean([np.log(r.plain_ort_ms / r.ort_ms) for r in both]))
         lines.append(f"onnxruntime, bridge's export vs plain tf2onnx (geometric mean over {len(both)} models): "
