@@ -11,10 +11,7 @@ T, the TFLite TensorType of its float type.
 """
 from __future__ import annotations
 
-import math
-import re
-
-from bridge.commands._op_ort import TemplateError
+from bridge.commands._op_ort import TemplateError, template_attrs
 
 # spec attribute type -> (the C++ type of its value, the Attrs reader); the
 # scaffold's alpha is a float, an op with others has its reads written by hand
@@ -22,12 +19,7 @@ _ATTR = {"float": ("float", "f")}
 
 
 def _attrs(spec):
-    for a in spec.attrs:
-        if a.type not in _ATTR or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", a.name) or \
-                not (a.required or math.isfinite(a.default)):
-            raise TemplateError(f"{spec.name}: attribute {a.name!r} of type {a.type}: the LiteRT template reads "
-                                f"{', '.join(_ATTR)} attributes with finite defaults only")
-    return spec.attrs
+    return template_attrs(spec, spec.attrs, _ATTR, "the LiteRT template")
 
 
 def _attr_fields(spec) -> str:

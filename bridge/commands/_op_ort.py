@@ -24,13 +24,21 @@ class TemplateError(ValueError):
     """A spec the onnxruntime template cannot express: its kernel is written by hand."""
 
 
+def template_attrs(spec, attrs, kinds, template: str = "the template"):
+    """`attrs` (the spec's attributes a template reads), each of a type in
+    `kinds`, named like a C++ identifier and with a finite default; else
+    TemplateError naming the op and the attribute."""
+    for a in attrs:
+        if a.type not in kinds or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", a.name) or \
+                not (a.required or math.isfinite(a.default)):
+            raise TemplateError(f"{spec.name}: attribute {a.name!r} of type {a.type}: {template} reads "
+                                f"{', '.join(kinds)} attributes with finite defaults only")
+    return attrs
+
+
 def _attr_fields(spec) -> str:
     lines = []
-    for a in spec.onnx_attrs:
-        if a.type not in _ATTR or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", a.name) or \
-                not (a.required or math.isfinite(a.default)):
-            raise TemplateError(f"{spec.name}: attribute {a.name!r} of type {a.type}: the template reads "
-                                f"{', '.join(_ATTR)} attributes with finite defaults only")
+    for a in template_attrs(spec, spec.onnx_attrs, _ATTR):
         default = "" if a.required else f" = {float(a.default)!r}f"
         lines.append(f"  {_ATTR[a.type]} {a.name}{default};")
     return "\n".join(lines) or "  // (none)"
