@@ -323,3 +323,10 @@ def test_bridge_export_marks_an_ill_conditioned_output(cancelling, tmp_path, mon
         out = json.loads(capsys.readouterr().out)
         (check,) = out["checks"]
         assert rc == rc_want and check["status"] == status and out["ok"] == (rc == 0), check
+
+
+def test_no_verdict_says_why_in_one_line_even_for_an_empty_message():
+    from bridge.parity.float64 import NoFloat64, no_verdict
+    assert no_verdict(NoFloat64("a made-up reason")) == "a made-up reason"
+    assert no_verdict(RuntimeError("first line\nsecond")) == "RuntimeError: first line"
+    assert no_verdict(RuntimeError()) == "RuntimeError: "
