@@ -12,9 +12,10 @@ import pkgutil
 import sys
 
 from bridge import commands
+from bridge.errors import BridgeError
 
 
-class UsageError(Exception):
+class UsageError(BridgeError):
     """A bad argument or file: printed without a traceback, exit code 2."""
 
 

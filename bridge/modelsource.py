@@ -30,10 +30,12 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from bridge.errors import BridgeError
+
 Dims = Tuple[Optional[int], ...]
 
 
-class ModelSourceError(ValueError):
+class ModelSourceError(BridgeError, ValueError):
     """A MODEL argument, an input shape or input arrays that cannot be used; the
     message says why."""
 

@@ -34,10 +34,27 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Tuple
 
 from bridge import cpu_flags
+from bridge.errors import BridgeError
 
 
-class BuildError(RuntimeError):
+class BuildError(BridgeError, RuntimeError):
     """A native build failed; the message names the cause and the fix."""
+
+    exit_code = 1
+
+
+def build_error_behind(e: Optional[BaseException]) -> Optional[BuildError]:
+    """The innermost BuildError in `e`'s chain, if any: Keras re-raises errors
+    from a layer's call() as new exceptions, with the original as their context,
+    and the innermost carries the build's own message."""
+    seen = set()
+    found = None
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, BuildError):
+            found = e
+        e = e.__cause__ or e.__context__
+    return found
 
 
 def cache_root() -> Path:

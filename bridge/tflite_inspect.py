@@ -17,12 +17,13 @@ from typing import Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
+from bridge.errors import BridgeError
 from bridge.modelsource import TensorInfo  # a dynamic dim (shape_signature -1) is None
 
 IDENTIFIER = b"TFL3"  # the flatbuffer file identifier, bytes 4..8
 
 
-class InspectError(ValueError):
+class InspectError(BridgeError, ValueError):
     """The file is not something this inspector can read; the message says why."""
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Dict, List, Tuple
 
 from bridge import ops as _specs
+from bridge.errors import LibraryError
 
 FLAG = "--ort-library"
 # what onnxruntime says when no kernel and no function serves a node
@@ -24,7 +25,7 @@ _NOT_REGISTERED = "is not a registered function/op"
 _served: Dict[str, Tuple[Path, Tuple[str, ...]]] = {}  # op -> (library, the dtypes it serves)
 
 
-class OrtLibraryError(ValueError):
+class OrtLibraryError(LibraryError):
     """A team's onnxruntime library that cannot be used as given."""
 
 

@@ -17,11 +17,12 @@ from typing import List, Tuple
 import tensorflow as tf
 
 from bridge import ops as specs
+from bridge.errors import LibraryError
 
 _loaded = {}  # resolved path -> library module
 
 
-class TeamOpError(ValueError):
+class TeamOpError(LibraryError):
     """A team op library that cannot be used as given."""
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import List, Optional, Tuple
 
 from bridge import ops as _specs
+from bridge.errors import LibraryError
 
 FLAG = "--litert-library"
 
@@ -25,7 +26,7 @@ _folder: Optional[Path] = None  # the team folder of the build in use; None: bri
 _ops: Tuple[str, ...] = ()       # the team's ops that build serves
 
 
-class LiteRTLibraryError(ValueError):
+class LiteRTLibraryError(LibraryError):
     """A team's LiteRT op folder that cannot be used as given."""
 
 

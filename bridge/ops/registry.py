@@ -21,6 +21,8 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from bridge.errors import BridgeError
+
 from . import fusion
 from .spec import REQUIRED, OpError, OpSpec, Tolerance, _coerce
 
@@ -31,7 +33,7 @@ SPECS: Dict[str, OpSpec] = {}
 ORIGINS: Dict[str, str] = {}   # op name -> where its spec came from ("bridge" for the built-ins)
 
 
-class SpecError(ValueError):
+class SpecError(BridgeError, ValueError):
     """A spec that cannot be used: names the file (or module), the op and the field."""
 
     def __init__(self, origin: str, field: str, message: str, op: Optional[str] = None):
