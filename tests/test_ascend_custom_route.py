@@ -102,6 +102,109 @@ def test_infer_shape_twin_matches_the_spec(spec):
         assert got == want, f"{spec.name} {[dims(s) for s in shapes]} {attrs}"
 
 
+# -- a team's table, on shapes it was not fitted on --------------------------------------
+# tables._team_table picks the first pattern that agrees with the spec on
+# probe_shapes(spec) (seed 0), and _cases above draws from that same seed for a team's
+# op (it has one attribute set): those cases cannot fail. These can: other seeds, a
+# wider vocabulary (ranks to 6, dims to 768) and shapes written out by hand.
+TEAM_SPECS = [TEAM, SCAFFOLD]
+HELD_OUT_SEEDS = (1001, 1002, 1003)
+
+
+def _wide_probes(spec, seed: int, count: int):
+    """Input shapes outside probe_shapes' vocabulary (its dims are 0..8 and ranks 0..4)."""
+    rng = np.random.default_rng(seed)
+    vocab = [0, 1, 4, 6, 8, 16, 768, None]
+
+    def some(lo, hi):
+        return tuple(vocab[int(rng.integers(len(vocab)))] for _ in range(int(rng.integers(lo, hi + 1))))
+    out = []
+    for _ in range(count):
+        first = None if rng.random() < 0.05 else some(0, 6)
+        last = first[-1] if first else 4
+        shapes = [first]
+        for _ in range(len(spec.inputs) - 1):
+            pick = rng.random()
+            shapes.append(None if pick < 0.05 else (last,) if pick < 0.5 else (None,) if pick < 0.6 else
+                          ((last or 0) + 1,) if pick < 0.75 else first if pick < 0.85 else some(0, 3))
+        out.append(tuple(shapes))
+    return out
+
+
+def _held_out_attrs(spec):
+    """The attributes the table was fitted with, and one set of other values."""
+    other = {a.name: (-2.5 if a.type == "float" else 3) for a in spec.onnx_attrs if a.type in ("float", "int")}
+    return tables.team_attrs(spec) + ([other] if other else [])
+
+
+def _held_out_cases(spec, count=400):
+    fitted = set(tables.probe_shapes(spec))  # what _team_table fitted the pattern on
+    shapes = [s for seed in HELD_OUT_SEEDS for s in tables.probe_shapes(spec, seed=seed, count=count)]
+    shapes += _wide_probes(spec, seed=7, count=count)
+    unseen = list(dict.fromkeys(s for s in shapes if s not in fitted))
+    return [(s, a) for a in _held_out_attrs(spec) for s in unseen]
+
+
+@pytest.mark.parametrize("spec", TEAM_SPECS, ids=lambda s: s.name)
+def test_team_table_holds_on_shapes_it_was_not_fitted_on(spec):
+    table = tables.shape_table(spec)
+    cases = _held_out_cases(spec)
+    results = [tables.spec_result(spec, s, a) for s, a in cases]
+    refused = sum(1 for r in results if r[0] == "error")
+    assert refused >= 100 and len(results) - refused >= 100, (len(results), refused)
+    assert sum(1 for s, _ in cases if s[0] is not None and len(s[0]) > 4) >= 50  # ranks the fit never saw
+    for (shapes, attrs), want in zip(cases, results):
+        got = tables.table_result(spec, table, shapes, attrs)
+        assert got == want, f"{spec.name} {[dims(s) for s in shapes]} {attrs}"
+
+
+# (x, bias) -> the output's shape, or the argument the refusal names; both team ops
+# are y = f(x + bias) with bias [C], C the last dim of x.
+HAND_SHAPES = [
+    (((2, 5), (5,)), (2, 5)),
+    (((768,), (768,)), (768,)),
+    (((1, 1, 1, 1, 1, 3), (3,)), (1, 1, 1, 1, 1, 3)),
+    (((2, 3, 4, 5, 6, 7), (7,)), (2, 3, 4, 5, 6, 7)),
+    (((0, 4), (4,)), (0, 4)),
+    (((4, 0), (0,)), (4, 0)),
+    (((1,), (1,)), (1,)),
+    (((None, 4), (4,)), (None, 4)),
+    (((None, None, None), (None,)), (None, None, None)),
+    (((None, None, None, None), None), (None, None, None, None)),
+    (((2, 5), None), (2, 5)),
+    (((2, 5), (None,)), (2, 5)),
+    ((None, (5,)), None),
+    ((None, None), None),
+    (((), (1,)), "x"),
+    (((), None), "x"),
+    (((2, 5), (4,)), "bias"),
+    (((2, 5), (6,)), "bias"),
+    (((2, 768), (767,)), "bias"),
+    (((2, 5), (1, 5)), "bias"),
+    (((2, 5), ()), "bias"),
+    (((3,), (3, 3)), "bias"),
+    (((2, 5), (2, 5)), "bias"),
+    (((7, 9, 11), (12,)), "bias"),
+    (((1, 1, 1, 1, 1, 8), (1,)), "bias"),
+]
+# An unknown C: FusedBiasGelu takes any bias dim, the scaffold only an unknown one.
+HAND_UNKNOWN_C = {"FusedBiasGelu": [(((2, None), (7,)), (2, None)), (((2, None), (None,)), (2, None))],
+                  "FusedBiasRelu": [(((2, None), (7,)), "bias"), (((2, None), (None,)), (2, None))]}
+
+
+@pytest.mark.parametrize("spec", TEAM_SPECS, ids=lambda s: s.name)
+def test_team_shapes_written_by_hand(spec):
+    table = tables.shape_table(spec)
+    for shapes, want in HAND_SHAPES + HAND_UNKNOWN_C[spec.name]:
+        for attrs in _held_out_attrs(spec):
+            said = tables.spec_result(spec, shapes, attrs)
+            if isinstance(want, str):
+                assert said[0] == "error" and said[1].startswith(f"{spec.name}: argument '{want}': "), (shapes, said)
+            else:
+                assert said[0] == "ok" and [None if o is None else tuple(o) for o in said[1]] == [want], (shapes, said)
+            assert tables.table_result(spec, table, shapes, attrs) == said, (shapes, attrs)
+
+
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
 def test_infer_dtype_twin(spec):
     n = len(spec.inputs)
@@ -328,7 +431,11 @@ def host_program(tmp_path_factory):
     lines, expected = [], []
     for spec in SPECS:
         (root / f"{spec.module}_shape.h").write_text(shape_cpp.shape_header(spec))
-        for shapes, attrs in _cases(spec, count=120):
+        cases = _cases(spec, count=120)
+        if any(spec is t for t in TEAM_SPECS):  # and on shapes the team's table was not fitted on
+            cases += [(s, _f32(a)) for s, a in _held_out_cases(spec, count=60)]
+            cases += [(s, a) for s, _ in HAND_SHAPES + HAND_UNKNOWN_C[spec.name] for a in _held_out_attrs(spec)]
+        for shapes, attrs in cases:
             lines.append(_case_line(spec, shapes, attrs))
             expected.append(_twin_line(spec, shapes, attrs))
     for v in FLOATS:
