@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Callable, Dict, List, Mapping, Sequence
+from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -102,17 +102,33 @@ def twin_outputs(model, output_names: Sequence[str], arrays: Mapping[str, np.nda
     """{output: float64 answer} of the Keras `model` on `arrays`; NoFloat64 when
     it has no trustworthy float64 twin."""
     from bridge.parity.tf_common import run_keras
-    # The copy is made the same way at float32 first: it must give TF float32's
-    # answer, else it is not the model (a config that does not rebuild what runs),
-    # and a distance from it would excuse anything
+    out = run_keras(checked_twin(model, output_names, arrays), output_names, wide(arrays))
+    return checked_outputs(out, output_names)
+
+
+def checked_twin(model, output_names: Sequence[str], arrays: Mapping[str, np.ndarray],
+                 mine: Optional[Mapping[str, np.ndarray]] = None):
+    """`model`'s float64 twin (keras_float64), once its copy made the same way
+    at float32 gives the model's own answer on `arrays` (`mine`, when the caller
+    has it): else it is not the model (a config that does not rebuild what
+    runs), and a distance from it would excuse anything."""
+    from bridge.parity.tf_common import run_keras
     same = run_keras(keras_float64(model, "float32"), output_names, dict(arrays))
-    mine = run_keras(model, output_names, dict(arrays))
+    mine = mine if mine is not None else run_keras(model, output_names, dict(arrays))
     for k in output_names:
         a, b = np.asarray(same.get(k)), np.asarray(mine.get(k))
         if a.shape != b.shape or (a.dtype.kind == "f" and not cmp.compare(b, a, cmp.Tolerance(1e-5)).passed):
             raise NoFloat64(f"its copy rebuilt from the config does not compute what the model does (output {k!r})")
-    wide = {k: v.astype(np.float64) if v.dtype.kind == "f" else v for k, v in arrays.items()}
-    out = run_keras(keras_float64(model), output_names, wide)
+    return keras_float64(model)
+
+
+def wide(arrays: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
+    """The inputs of a float64 run: float inputs widened, ids as they are."""
+    return {k: v.astype(np.float64) if v.dtype.kind == "f" else v for k, v in arrays.items()}
+
+
+def checked_outputs(out: Mapping[str, np.ndarray], output_names: Sequence[str]) -> Dict[str, np.ndarray]:
+    """A float64 run's outputs, or NoFloat64 when one is missing or NaN."""
     missing = [k for k in output_names if k not in out]
     if missing:
         raise NoFloat64(f"the float64 run has no output {missing[0]!r}")
