@@ -65,3 +65,26 @@ def staging_folder(folder, name: str) -> Iterator[str]:
         yield tmp
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def replacing_folder(path) -> Iterator[str]:
+    """A temporary folder beside `path` to write a whole folder into (a
+    SavedModel); renamed onto `path` when the block ends normally (a folder
+    already there is replaced, not merged), removed when it raises."""
+    path = _destination(path)
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise FileExistsError(f"{path} exists and is not a folder")
+    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=os.path.dirname(path))
+    try:
+        yield tmp
+        if os.path.isdir(path):
+            old = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.", suffix=".old", dir=os.path.dirname(path))
+            os.replace(path, os.path.join(old, "x"))
+            os.replace(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

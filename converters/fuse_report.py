@@ -10,10 +10,17 @@ from bridge import ops as _specs
 from bridge.table import render
 
 
-def patterns() -> Dict[str, Tuple[str, str]]:
+def patterns(road: str = "keras") -> Dict[str, Tuple[str, str]]:
     """key -> (what is matched, the op it becomes), for every fusion pattern of the
-    registered specs (bridge.ops.fusion), a team's included, in registry order."""
-    return {p.key: (p.matches, spec.name) for spec in _specs.all_specs() for p in spec.fusion}
+    registered specs (bridge.ops.fusion), a team's included, in registry order;
+    then the keys only graph patterns have (bridge.ops.graph_fusion). On the
+    graph road a row says what its graph pattern matches."""
+    out = {p.key: (p.matches, spec.name) for spec in _specs.all_specs() for p in spec.fusion}
+    for spec in _specs.all_specs():
+        for p in spec.graph_fusion:
+            if road == "graph" or p.key not in out:
+                out[p.key] = (p.matches, spec.name)
+    return out
 
 
 @dataclass
@@ -37,6 +44,7 @@ class FuseReport:
     skips: Dict[str, List[Skip]] = field(default_factory=dict)  # pattern -> its near misses (only those with any)
     notes: List[str] = field(default_factory=list)
     folds: Dict[str, int] = field(default_factory=dict)  # pattern -> matches folded into another's fused layer
+    road: str = "keras"   # "graph": a TensorFlow graph's rewrite (graph_fuse.py); layers are then nodes
 
     def add_block(self, pattern, layer, replaces):
         self.blocks.append(Block(pattern, layer, list(replaces)))
@@ -69,22 +77,24 @@ class FuseReport:
             "fused_model": self.fused_model,
             "patterns": {k: {"matches": desc, "op": op, "fused": self.fused(k),
                              "skipped": [{"layers": s.layers, "reason": s.reason} for s in self.skipped(k)]}
-                         for k, (desc, op) in patterns().items()},
+                         for k, (desc, op) in patterns(self.road).items()},
             "blocks": [{"pattern": b.pattern, "layer": b.layer, "replaces": b.replaces} for b in self.blocks],
             "notes": list(self.notes),
+            "road": self.road,
         }
 
     def to_json(self, **kwargs) -> str:
         return json.dumps(self.to_dict(), **kwargs)
 
     def render(self, colour=False) -> str:
-        known = patterns()
+        known = patterns(self.road)
         rows = [(k, desc, op, self.fused(k), len(self.skipped(k))) for k, (desc, op) in known.items()]
         text = [f"fusion report for {self.model}" + (f" -> {self.fused_model}" if self.fused_model else ""),
                 render(("pattern", "matches", "op", "fused", "skipped"), rows, colour=colour)]
         misses = [(k, " + ".join(s.layers), s.reason) for k in known for s in self.skipped(k)]
         if misses:
-            text += ["", "skipped (near misses):", render(("pattern", "layers", "reason"), misses, colour=colour)]
+            text += ["", "skipped (near misses):", render(("pattern", "nodes" if self.road == "graph" else "layers",
+                                                           "reason"), misses, colour=colour)]
         text += [f"note: {n}" for n in self.notes]
         return "\n".join(text)
 

@@ -23,7 +23,7 @@ from typing import Dict, List, Optional
 
 from bridge.errors import BridgeError
 
-from . import fusion
+from . import fusion, graph_fusion
 from .spec import REQUIRED, OpError, OpSpec, Tolerance, _coerce
 
 ENTRY_POINT_GROUP = "bridge.ops"
@@ -99,6 +99,12 @@ def _check_fusion(spec: OpSpec, origin: str) -> None:
         if pattern.folded_into is not None and pattern.folded_into not in keys:
             raise SpecError(origin, f"fusion[{i}].folded_into", f"{pattern.folded_into!r} is no pattern of the op",
                             spec.name)
+    if not isinstance(spec.graph_fusion, (tuple, list)):
+        raise SpecError(origin, "graph_fusion", "a tuple of bridge.ops.graph_fusion.GraphPattern, got "
+                        f"{type(spec.graph_fusion).__name__}", spec.name)
+    for i, pattern in enumerate(spec.graph_fusion):
+        for name, message in graph_fusion.problems(pattern, spec):
+            raise SpecError(origin, f"graph_fusion[{i}]" + (f".{name}" if name else ""), message, spec.name)
 
 
 def register(spec: OpSpec, origin: str) -> OpSpec:

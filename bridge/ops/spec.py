@@ -134,6 +134,8 @@ class OpSpec:
     _bad_inputs: Optional[Callable[[], Sequence[Any]]] = field(default=None, repr=False)
     # The Keras layers the op replaces: fusion.Pattern's, read by bridge.converters.fuse.
     fusion: Tuple[Any, ...] = field(default=(), repr=False)
+    # The TensorFlow subgraphs it replaces: graph_fusion.GraphPattern's, read by bridge.converters.graph_fuse.
+    graph_fusion: Tuple[Any, ...] = field(default=(), repr=False)
 
     # -- attributes --------------------------------------------------------
     def attr(self, name: str) -> Attr:

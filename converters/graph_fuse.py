@@ -1,0 +1,243 @@
+"""Graph-level fusion: `fuse_graph(model) -> (GraphModel, FuseReport)`.
+
+The TensorFlow-graph twin of the Keras rewriter (fuse.py), for models that are
+graphs: a SavedModel of any kind (`model.export`, `tf.saved_model.save` of a
+tf.Module, a TF-Hub style serving signature) or a TF1 frozen GraphDef. The model
+is frozen (graph_model.py: variables to constants, functions inlined), then
+every graph pattern of the registered specs (`OpSpec.graph_fusion`,
+bridge.ops.graph_fusion), a team's included, is matched on it:
+
+- each node whose op ends a pattern, in reverse graph order (so the largest
+  match wins: a layer norm's last Add before its inner Mul), gives the
+  single-entry region ending there (graph_region.py);
+- the pattern's `when` says whether it is meant; its `identify` reads the op's
+  inputs and attributes, or says why it does not fit (a near miss);
+- the claim is checked: the region, evaluated in float64 on random inputs at
+  three scales, must equal the op's numpy reference on those inputs within
+  1e-6 (relative); else a near miss with how far off it was;
+- the region becomes one node of the op, named as the region's last node (its
+  consumers read it unchanged), its other inputs constants beside it.
+
+Near misses overlapping a fused region, or inside a larger near miss of the
+same pattern, are left out of the report (they are parts of one match). The
+report has the same rows as the Keras road's, its counts and near misses for
+the graph.
+"""
+from __future__ import annotations
+
+from typing import List, Optional, Sequence
+
+import numpy as np
+
+from bridge import ops as _specs
+
+from .fuse_report import FuseReport
+from .graph_model import GraphModel, load
+from .graph_region import GraphIndex, Region, producer, ref
+
+TOLERANCE = 1e-6
+SCALES = ((1.0, 0.5), (1e-3, 1.0), (30.0, -2.0))   # (scale, offset) of the random inputs a match is checked on
+
+
+def fuse_graph(model, inputs: Optional[Sequence[str]] = None, outputs: Optional[Sequence[str]] = None,
+               name: Optional[str] = None):
+    """(fused GraphModel, FuseReport). `model`: a SavedModel folder or loaded
+    object, a ConcreteFunction, a GraphModel, a GraphDef or a frozen `.pb` (with
+    `inputs`/`outputs` tensor names)."""
+    gm = load(model, inputs, outputs, name)
+    report = FuseReport(model=gm.name, road="graph")
+    patterns = [(spec, p) for spec in _specs.all_specs() for p in spec.graph_fusion]
+    if not patterns:
+        report.notes.append("no registered op declares a graph pattern; the graph passes through unfused")
+        return gm, report
+    index = GraphIndex(gm.graph_def, [t for t, _ in gm.outputs])
+    taken: set = set()
+    plans, misses = [], []
+    for name_ in reversed(index.order):
+        node = index.nodes[name_]
+        for spec, pattern in patterns:
+            if node.op not in pattern.ends or name_ in taken:
+                continue
+            region = index.region(name_, pattern.ops, pattern.start)
+            if region is None or region.names & taken:
+                continue
+            try:
+                if pattern.when is not None and not pattern.when(region):
+                    continue
+                found = _match(spec, pattern, region)
+            except Exception as e:  # noqa: BLE001 - a pattern that trips on a graph: a near miss, not a crash
+                found = f"{type(e).__name__} while matching: {str(e).splitlines()[0][:160] if str(e) else ''}"
+            if isinstance(found, str):
+                misses.append((pattern.key, region, found))
+                continue
+            plans.append((spec, pattern, region) + found)
+            taken |= region.names
+    for spec, pattern, region, values, attrs in plans:
+        report.add_block(pattern.key, region.end.name, [n.name for n in region.nodes])
+        for folded in (pattern.folds(region) if pattern.folds else ()):
+            report.fold(folded)
+    kept: List = []
+    for key, region, why in misses:
+        if region.names & taken or any(k == key and region.names < r.names for k, r, _ in misses):
+            continue
+        kept.append((key, region, why))
+    for key, region, why in reversed(kept):  # in graph order
+        shown = [region.nodes[0].name, region.end.name] if len(region.nodes) > 1 else [region.end.name]
+        report.skip(key, shown, why)
+    for spec in _specs.all_specs():
+        if spec.fusion and not spec.graph_fusion:
+            report.notes.append(f"{spec.name} declares Keras patterns only: its subgraphs in a graph stay as they are")
+    if not plans:
+        return gm, report
+    fused = gm.replace(rewrite(gm, index, plans), f"{gm.name}_fused")
+    report.fused_model = fused.name
+    return fused, report
+
+
+def _match(spec, pattern, region: Region):
+    """(inputs after the first, attrs) of the op standing for `region`, or why not."""
+    why = region.escape()
+    if why:
+        return why
+    if region.x_shape is None:
+        return "the input's rank is unknown"
+    if region.dtype not in spec.dtypes:
+        return f"{region.end} computes in {region.dtype}; {spec.name} takes {list(spec.dtypes)}"
+    missing = _no_kernel(spec)
+    if missing:
+        return missing
+    got = pattern.identify(region)
+    if isinstance(got, str):
+        return got
+    values, attrs = got
+    values = [np.asarray(v, np.float64) for v in values]
+    try:
+        attrs = spec.resolve(dict(attrs))
+        spec.infer_shapes([region.x_shape] + [v.shape for v in values], **attrs)
+    except ValueError as e:
+        return f"the fused op rejects it: {e}"
+    why = verify(spec, pattern, region, values, attrs)
+    return why or (values, attrs)
+
+
+def verify(spec, pattern, region: Region, values, attrs) -> Optional[str]:
+    """Why the region does not compute spec's op on (x, *values) with `attrs`
+    (float64, random x at several scales), or None."""
+    shape = tuple(pattern.probe(region)) if pattern.probe else \
+        tuple(2 if i == 0 and d is None else (3 if d is None else d) for i, d in enumerate(region.x_shape))
+    rng = np.random.default_rng(0)
+    worst = 0.0
+    for scale, offset in SCALES:
+        x = offset + scale * rng.standard_normal(shape)
+        got = np.asarray(region.evaluate(x), np.float64)
+        want = spec.reference(x, *values, **attrs)
+        want = np.asarray(want[0] if isinstance(want, tuple) else want, np.float64)
+        if got.shape != want.shape:
+            return f"the subgraph's output has shape {list(got.shape)} where {spec.name} gives {list(want.shape)}"
+        if not np.isfinite(want).all() or not np.isfinite(got).all():
+            return f"not finite on the check's inputs (the subgraph or {spec.name} on the identified weights)"
+        if got.size:
+            worst = max(worst, float(np.max(np.abs(got - want) / np.maximum(1.0, np.abs(want)))))
+    if worst > TOLERANCE:
+        return (f"computes something else than {spec.name} on the weights read from it: off by {worst:.3g} "
+                f"(relative) on random inputs")
+    return None
+
+
+def _no_kernel(spec) -> Optional[str]:
+    from tensorflow.python.framework import op_def_registry
+    if op_def_registry.get(spec.name) is None:
+        from bridge import tf_ops  # bridge's own ops register when the library loads
+        if _specs.is_builtin(spec):
+            tf_ops.load()
+        if op_def_registry.get(spec.name) is None:
+            return (f"{spec.name}: no TensorFlow kernel is loaded for it: give its library (--op-library LIB, or "
+                    f"bridge.tf_ops.load_op_library); the subgraph stays as it is")
+    return None
+
+
+# -- rewriting ---------------------------------------------------------------------
+def rewrite(gm: GraphModel, index: GraphIndex, plans):
+    """A copy of the graph with each planned region one node of its op."""
+    import tensorflow as tf
+    from tensorflow.core.framework import graph_pb2
+    gone, ends = set(), {}
+    for plan in plans:
+        region = plan[2]
+        gone |= region.names
+        ends[region.end.name] = plan
+    out = graph_pb2.GraphDef()
+    out.versions.CopyFrom(gm.graph_def.versions)
+    out.library.CopyFrom(gm.graph_def.library)
+    used = {n.name for n in gm.graph_def.node}
+    for node in gm.graph_def.node:
+        if node.name in ends:
+            spec, pattern, region, values, attrs = ends[node.name]
+            dtype = np.dtype(region.dtype)
+            names = []
+            for arg, value in zip(spec.inputs[1:], values):
+                cname = _fresh(f"{node.name}/{arg.name}", used)
+                c = out.node.add()
+                c.name, c.op = cname, "Const"
+                c.attr["dtype"].type = tf.as_dtype(dtype).as_datatype_enum
+                c.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(np.asarray(value, dtype)))
+                names.append(cname)
+            f = out.node.add()
+            f.name, f.op = node.name, spec.name
+            f.input.extend([region.x] + names + sorted({f"^{c}" for n in region.nodes for c in n.control
+                                                        if c not in region.names}))
+            if node.device:
+                f.device = node.device
+            f.attr["T"].type = tf.as_dtype(dtype).as_datatype_enum
+            for a in spec.attrs:
+                _set_attr(f.attr[a.name], a, attrs[a.name])
+        elif node.name not in gone:
+            out.node.add().CopyFrom(node)
+    return _pruned(out, [t for t, _ in gm.outputs], [t for t, _, _, _ in gm.inputs])
+
+
+def _fresh(name: str, used: set) -> str:
+    out, k = name, 1
+    while out in used:
+        k += 1
+        out = f"{name}_{k}"
+    used.add(out)
+    return out
+
+
+def _set_attr(value, attr, v) -> None:
+    if attr.type == "float":
+        value.f = float(v)
+    elif attr.type == "int":
+        value.i = int(v)
+    elif attr.type == "string":
+        value.s = str(v).encode()
+    elif attr.type == "list(int)":
+        value.list.i.extend(int(i) for i in v)
+        value.list.SetInParent()
+    elif attr.type == "list(float)":
+        value.list.f.extend(float(i) for i in v)
+        value.list.SetInParent()
+
+
+def _pruned(graph_def, outputs, inputs):
+    """Only the nodes the outputs need (the inputs' placeholders kept)."""
+    from tensorflow.core.framework import graph_pb2
+    nodes = {n.name: n for n in graph_def.node}
+    keep, stack = set(), [producer(t) for t in list(outputs) + list(inputs)]
+    while stack:
+        name = stack.pop()
+        if name in keep or name not in nodes:
+            continue
+        keep.add(name)
+        stack.extend(producer(i) for i in nodes[name].input)
+    out = graph_pb2.GraphDef()
+    out.versions.CopyFrom(graph_def.versions)
+    out.library.CopyFrom(graph_def.library)
+    for n in graph_def.node:
+        if n.name in keep:
+            out.node.add().CopyFrom(n)
+    return out
+
+
+__all__ = ["fuse_graph", "verify", "rewrite", "ref"]

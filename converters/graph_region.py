@@ -1,0 +1,382 @@
+"""A frozen GraphDef read for graph-level fusion: its nodes, who consumes what,
+which tensors are constants (and their values), which tensor dominates each
+node, and `Region`, the single-entry subgraph ending at a node that a graph
+pattern (bridge.ops.graph_fusion) is matched on, evaluated in float64 numpy.
+
+The dominator of a node is over data edges between non-constant nodes: every
+path from the graph's inputs to the node passes through it. The region of an
+end node is then the nodes on the paths from its immediate dominator (whose
+one output tensor is the region's input x) to it; every other input of the
+region is a constant.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Dict, List, Mapping, Optional, Sequence
+
+import numpy as np
+
+from bridge.ops import yolo_conv_bn_leaky as _conv
+
+# ops that compute nothing from nothing: a node of these with only constant inputs is no constant
+_NOT_CONSTANT = {"Placeholder", "PlaceholderWithDefault", "VarHandleOp", "ReadVariableOp", "RandomUniform",
+                 "RandomStandardNormal", "TruncatedNormal", "StatefulPartitionedCall", "PartitionedCall"}
+
+
+def ref(name: str) -> str:
+    """'node' -> 'node:0' (a data input as a tensor name)."""
+    return name if ":" in name else f"{name}:0"
+
+
+def producer(tensor: str) -> str:
+    return tensor.lstrip("^").partition(":")[0]
+
+
+class GNode:
+    """One NodeDef as Python values: `attrs` holds ints, floats, strings, bools,
+    tuples, numpy dtype names and (for `value`) arrays."""
+
+    def __init__(self, node_def):
+        self.name, self.op, self.node_def = node_def.name, node_def.op, node_def
+        self.inputs = [ref(i) for i in node_def.input if not i.startswith("^")]
+        self.control = [i[1:] for i in node_def.input if i.startswith("^")]
+        self._attrs = None
+
+    @property
+    def attrs(self) -> dict:
+        if self._attrs is None:
+            self._attrs = {k: _attr(v) for k, v in self.node_def.attr.items()}
+        return self._attrs
+
+    def __repr__(self) -> str:
+        return f"{self.op} '{self.name}'"
+
+
+def _attr(v):
+    from tensorflow.python.framework import dtypes, tensor_util
+    kind = v.WhichOneof("value")
+    if kind == "list":
+        lst = v.list
+        for field in ("i", "f", "s", "b"):
+            items = list(getattr(lst, field))
+            if items:
+                return tuple(x.decode() if isinstance(x, bytes) else x for x in items)
+        if lst.type:
+            return tuple(dtypes.as_dtype(t).name for t in lst.type)
+        return ()
+    if kind == "s":
+        return v.s.decode(errors="replace")
+    if kind == "type":
+        return dtypes.as_dtype(v.type).name
+    if kind == "tensor":
+        return tensor_util.MakeNdarray(v.tensor)
+    if kind == "shape":
+        return None if v.shape.unknown_rank else tuple(d.size if d.size >= 0 else None for d in v.shape.dim)
+    return getattr(v, kind) if kind else None
+
+
+class GraphIndex:
+    def __init__(self, graph_def, outputs: Sequence[str]):
+        self.graph_def = graph_def
+        self.nodes: Dict[str, GNode] = {}
+        for n in graph_def.node:
+            self.nodes[n.name] = GNode(n)
+        self.outputs = {ref(o) for o in outputs}
+        self.consumers: Dict[str, List[str]] = {name: [] for name in self.nodes}
+        for n in self.nodes.values():
+            for i in n.inputs:
+                self.consumers.setdefault(producer(i), []).append(n.name)
+            for c in n.control:
+                self.consumers.setdefault(c, []).append(n.name)
+        self.order = self._topological()
+        self._constant: Dict[str, bool] = {}
+        for name in self.order:
+            n = self.nodes[name]
+            self._constant[name] = n.op == "Const" or (
+                n.op not in _NOT_CONSTANT and bool(n.inputs) and
+                all(self._constant.get(producer(i), False) for i in n.inputs))
+        self._values: Dict[str, np.ndarray] = {}
+        self._shapes = None
+        self.idom, self.depth = self._dominators()
+
+    def _topological(self) -> List[str]:
+        pending = {name: len(set(producer(i) for i in n.inputs) | set(n.control)) for name, n in self.nodes.items()}
+        ready = [name for n, name in ((self.nodes[k], k) for k in self.nodes) if pending[name] == 0]
+        order, seen = [], set()
+        while ready:
+            name = ready.pop()
+            order.append(name)
+            seen.add(name)
+            for c in set(self.consumers.get(name, ())):
+                pending[c] -= 1
+                if pending[c] == 0:
+                    ready.append(c)
+        if len(order) != len(self.nodes):
+            raise ValueError("the graph has a cycle (a TF1 while loop?); graph fusion needs a DAG")
+        return order
+
+    # -- constants ----------------------------------------------------------------
+    def is_constant(self, tensor: str) -> bool:
+        return self._constant.get(producer(tensor), False)
+
+    def constant(self, tensor: str) -> Optional[np.ndarray]:
+        """The value of a constant tensor (its own dtype), None if it is not one or
+        holds an op this evaluator lacks."""
+        tensor = ref(tensor)
+        if not self.is_constant(tensor):
+            return None
+        if tensor not in self._values:
+            n = self.nodes[producer(tensor)]
+            if n.op == "Const":
+                self._values[tensor] = np.asarray(n.attrs["value"])
+            else:
+                args = [self.constant(i) for i in n.inputs]
+                fn = OPS.get(n.op)
+                if fn is None or any(a is None for a in args):
+                    return None
+                try:
+                    out = fn(n, *args)
+                except Exception:  # noqa: BLE001 - not evaluable here: not a constant to us
+                    return None
+                outs = out if isinstance(out, tuple) else (out,)
+                for k, v in enumerate(outs):
+                    self._values[f"{n.name}:{k}"] = np.asarray(v)
+        return self._values.get(tensor)
+
+    def static_shape(self, tensor: str):
+        """The tensor's static shape from TensorFlow's shape inference (None dims unknown), or None."""
+        if self._shapes is None:
+            import tensorflow as tf
+            graph = tf.Graph()
+            with graph.as_default():
+                tf.graph_util.import_graph_def(self.graph_def, name="")
+            self._shapes = graph
+        try:
+            shape = self._shapes.get_tensor_by_name(ref(tensor)).shape
+        except (KeyError, ValueError):
+            return None
+        return None if shape.rank is None else tuple(shape.as_list())
+
+    def dtype(self, tensor: str) -> Optional[str]:
+        n = self.nodes[producer(tensor)]
+        t = n.attrs.get("T", n.attrs.get("dtype"))
+        return t if isinstance(t, str) else None
+
+    # -- dominators -------------------------------------------------------------
+    def _dominators(self):
+        """idom and depth of every non-constant node ("" is the root before the inputs)."""
+        idom: Dict[str, str] = {}
+        depth: Dict[str, int] = {"": 0}
+        for name in self.order:
+            if self._constant[name]:
+                continue
+            preds = {producer(i) for i in self.nodes[name].inputs if not self.is_constant(i)}
+            preds = [p for p in preds if p in idom]
+            if not preds:
+                idom[name] = ""
+            else:
+                d = preds[0]
+                for p in preds[1:]:
+                    d = self._meet(d, p, idom, depth)
+                idom[name] = d
+            depth[name] = depth[idom[name]] + 1
+        return idom, depth
+
+    @staticmethod
+    def _meet(a, b, idom, depth):
+        while a != b:
+            if depth[a] >= depth[b]:
+                a = idom[a]
+            else:
+                b = idom[b]
+        return a
+
+    def region(self, end: str, ops: Sequence[str], start: Sequence[str] = (), limit: int = 64
+               ) -> Optional["Region"]:
+        """The single-entry region ending at `end`, or None when it has no single
+        entry, holds an op outside `ops` or more than `limit` nodes. With
+        `start`, the entry moves back (one dominator at a time) until only ops of
+        those types read x."""
+        entry = self.idom.get(end)
+        for _ in range(8):
+            found = self._region(end, entry, ops, limit)
+            if found is None or not start:
+                return found
+            if all(n.op in start for n in found.nodes if found.x in n.inputs):
+                break
+            entry = self.idom.get(entry)
+        else:
+            return None
+        # an entry that is itself a start op read only by the region (a Pad before the conv) joins it
+        while entry and self.nodes[entry].op in start and \
+                set(self.consumers.get(entry, ())) <= found.names:
+            wider = self._region(end, self.idom.get(entry), ops, limit)
+            if wider is None or not all(n.op in start for n in wider.nodes if wider.x in n.inputs):
+                break
+            entry, found = self.idom.get(entry), wider
+        return found
+
+    def _region(self, end, entry, ops, limit):
+        if not entry:
+            return None
+        allowed, inside, stack = set(ops), {end}, [end]
+        while stack:
+            n = self.nodes[stack.pop()]
+            if n.op not in allowed:
+                return None
+            for i in n.inputs:
+                p = producer(i)
+                if p == entry or p in inside or self.is_constant(i):
+                    continue
+                inside.add(p)
+                if len(inside) > limit:
+                    return None
+                stack.append(p)
+        nodes = [self.nodes[name] for name in self.order if name in inside]
+        xs = {i for n in nodes for i in n.inputs if producer(i) == entry}
+        if len(xs) != 1:
+            return None
+        return Region(self, nodes, xs.pop())
+
+
+class Region:
+    """The subgraph a graph pattern is matched on (bridge.ops.graph_fusion)."""
+
+    def __init__(self, index: GraphIndex, nodes: List[GNode], x: str):
+        self.index, self.nodes, self.x = index, nodes, x
+        self.end = nodes[-1]
+        self.names = {n.name for n in nodes}
+        self._x_shape = False
+
+    @property
+    def x_shape(self):
+        if self._x_shape is False:
+            self._x_shape = self.index.static_shape(self.x)
+        return self._x_shape
+
+    @property
+    def dtype(self) -> Optional[str]:
+        return self.index.dtype(self.end.name)
+
+    def is_x(self, tensor: str) -> bool:
+        return ref(tensor) == self.x
+
+    def node(self, tensor: str) -> Optional[GNode]:
+        name = producer(tensor)
+        return self.index.nodes[name] if name in self.names else None
+
+    def constant(self, tensor: str) -> Optional[np.ndarray]:
+        return None if self.node(tensor) is not None or self.is_x(tensor) else self.index.constant(tensor)
+
+    def escape(self) -> Optional[str]:
+        """Why the region cannot be replaced (an intermediate used outside it), or None."""
+        for n in self.nodes[:-1]:
+            outside = [c for c in self.index.consumers.get(n.name, ()) if c not in self.names]
+            if outside:
+                return f"the output of {n} is also used by {self.index.nodes[outside[0]]}; fusing would drop it"
+            if any(producer(o) == n.name for o in self.index.outputs):
+                return f"the output of {n} is a model output; fusing would drop it"
+        if any(o.startswith(self.end.name + ":") and o != ref(self.end.name) for o in self.index.outputs) or \
+                any(i.startswith(self.end.name + ":") and i != ref(self.end.name)
+                    for c in self.index.consumers.get(self.end.name, ()) for i in self.index.nodes[c].inputs):
+            return f"{self.end} has more outputs in use than its first"
+        return None
+
+    def evaluate(self, x: Optional[np.ndarray], given: Optional[Mapping[str, np.ndarray]] = None,
+                 at: Optional[str] = None) -> np.ndarray:
+        """The region's output (or node `at`'s) in float64 for input `x`; `given`:
+        node name -> its output (x may then be None if nothing needs it)."""
+        at = ref(at or self.end.name)
+        values = {} if x is None else {self.x: np.asarray(x, np.float64)}
+        for name, v in (given or {}).items():
+            values[ref(name)] = np.asarray(v, np.float64)
+        needed, stack = set(), [at]
+        while stack:  # the nodes `at` is computed from, short of what is given
+            t = stack.pop()
+            n = self.node(t)
+            if n is None or n.name in needed or ref(n.name) in values:
+                continue
+            needed.add(n.name)
+            stack.extend(n.inputs)
+        for n in self.nodes:
+            if n.name not in needed:
+                continue
+            args = []
+            for i in n.inputs:
+                if i in values:
+                    args.append(values[i])
+                else:
+                    c = self.index.constant(i)
+                    if c is None:
+                        raise ValueError(f"{n}: input {i} is neither computed in the region nor a constant")
+                    args.append(c.astype(np.float64) if c.dtype.kind == "f" else c)
+            fn = OPS.get(n.op)
+            if fn is None:
+                raise ValueError(f"{n}: no float64 evaluation of {n.op} here")
+            out = fn(n, *args)
+            for k, v in enumerate(out if isinstance(out, tuple) else (out,)):
+                values[f"{n.name}:{k}"] = np.asarray(v, np.float64) if np.asarray(v).dtype.kind == "f" else v
+        return values[at]
+
+
+# -- float64 numpy evaluation of the ops graph patterns use -----------------------
+def _axes(n, x, axes):
+    return tuple(int(a) % max(x.ndim, 1) for a in np.atleast_1d(axes))
+
+
+def _reduce(fn):
+    return lambda n, x, axes: fn(x, axis=_axes(n, x, axes), keepdims=bool(n.attrs.get("keep_dims", False)))
+
+
+def _conv2d(n, x, w):
+    if n.attrs.get("data_format", "NHWC") != "NHWC":
+        raise ValueError("NCHW")
+    strides, dil = n.attrs.get("strides", (1, 1, 1, 1)), n.attrs.get("dilations", (1, 1, 1, 1))
+    pads, _ = _conv.resolve_pads(x.shape, w.shape, strides, n.attrs["padding"], n.attrs.get("explicit_paddings", ()),
+                                 dil)
+    return _conv.conv2d_nhwc(x, w, pads, strides[1:3], dil[1:3])
+
+
+def _bias_add(n, x, b):
+    if n.attrs.get("data_format", "NHWC") == "NCHW":
+        return x + b.reshape((-1,) + (1,) * (x.ndim - 2))
+    return x + b
+
+
+def _fused_bn(n, x, scale, offset, mean, var, *_):
+    if n.attrs.get("is_training", True) or n.attrs.get("data_format", "NHWC") != "NHWC":
+        raise ValueError("training mode or NCHW")
+    eps = n.attrs.get("epsilon", 1e-4)
+    return ((x - mean) / np.sqrt(var + eps) * scale + offset,)
+
+
+def _cast(n, a):
+    to = np.dtype(n.attrs["DstT"])
+    if to.kind == "f" and a.dtype == np.float64:  # a region is evaluated in float64 throughout
+        return a
+    return a.astype(to)
+
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+OPS: Dict[str, Callable] = {
+    "Identity": lambda n, a: a, "StopGradient": lambda n, a: a, "Snapshot": lambda n, a: a,
+    "Add": lambda n, a, b: a + b, "AddV2": lambda n, a, b: a + b, "Sub": lambda n, a, b: a - b,
+    "Mul": lambda n, a, b: a * b, "RealDiv": lambda n, a, b: a / b, "Div": lambda n, a, b: a / b,
+    "Neg": lambda n, a: -a, "Rsqrt": lambda n, a: 1.0 / np.sqrt(a), "Sqrt": lambda n, a: np.sqrt(a),
+    "Square": lambda n, a: a * a, "SquaredDifference": lambda n, a, b: (a - b) * (a - b),
+    "Reciprocal": lambda n, a: 1.0 / a, "Inv": lambda n, a: 1.0 / a, "Pow": lambda n, a, b: np.power(a, b),
+    "Maximum": lambda n, a, b: np.maximum(a, b), "Minimum": lambda n, a, b: np.minimum(a, b),
+    "Relu": lambda n, a: np.maximum(a, 0), "Exp": lambda n, a: np.exp(a), "Tanh": lambda n, a: np.tanh(a),
+    "Erf": lambda n, a: _erf(a), "Sigmoid": lambda n, a: 1.0 / (1.0 + np.exp(-a)),
+    "LeakyRelu": lambda n, a: np.where(a > 0, a, n.attrs.get("alpha", 0.2) * a),
+    "Mean": _reduce(np.mean), "Sum": _reduce(np.sum),
+    "BiasAdd": _bias_add, "Conv2D": _conv2d,
+    "Pad": lambda n, x, p: np.pad(x, np.asarray(p).tolist()),
+    "PadV2": lambda n, x, p, c: np.pad(x, np.asarray(p).tolist(), constant_values=float(c)),
+    "FusedBatchNorm": _fused_bn, "FusedBatchNormV3": _fused_bn,
+    "Cast": _cast,
+    "Reshape": lambda n, a, s: np.reshape(a, [int(d) for d in np.atleast_1d(s)]),
+    "ExpandDims": lambda n, a, d: np.expand_dims(a, int(d)),
+    "Squeeze": lambda n, a: np.squeeze(a, axis=tuple(n.attrs.get("squeeze_dims", ())) or None),
+}
