@@ -3,6 +3,7 @@ compare every output (and, per layer, every shared intermediate) against the
 reference, and collect the numbers in a `ParityReport`."""
 from __future__ import annotations
 
+import dataclasses
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -269,7 +270,8 @@ def _run(source, adapters, broken, wanted, batch, seed, atol, rtol, per_layer, g
                 problem = f"the reference {name} failed: {nan}, so nothing can be judged against it"
             continue
         own = _own_tolerance(getattr(rt, "tolerance", None))
-        res.outputs = _compare_outputs(outputs, reference_out, atol, rtol, res, own)
+        res.outputs = _compare_outputs(outputs, reference_out, atol, rtol, res, own,
+                                       precision=source.output_precision())
         if float64_mod.doubtful(res.outputs):
             kept[name] = outputs
         if per_layer and reference_layers:
@@ -280,7 +282,8 @@ def _run(source, adapters, broken, wanted, batch, seed, atol, rtol, per_layer, g
             order, aliases, how = _loaded_layout(adapters.get(name), source)
             res = RuntimeResult(name, f"outputs loaded from {path}{how}", "loaded")
             got = loaded_mod.load_outputs(path, reference_out, f"--load-outputs {name}", order=order, aliases=aliases)
-            res.outputs = _compare_outputs(got, reference_out, atol, rtol, res)
+            res.outputs = _compare_outputs(got, reference_out, atol, rtol, res,
+                                           precision=source.output_precision())
             results.append(res)
             if float64_mod.doubtful(res.outputs):
                 kept[name] = got
@@ -344,14 +347,19 @@ def _describe(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[0] if text else ''}{loc}"
 
 
-def _compare_outputs(outputs, reference, atol, rtol, res: RuntimeResult, own=None) -> Dict[str, cmp.Comparison]:
+def _compare_outputs(outputs, reference, atol, rtol, res: RuntimeResult, own=None,
+                     precision: Optional[Mapping[str, Tuple[str, str]]] = None) -> Dict[str, cmp.Comparison]:
+    """`precision`: {output: (dtype, why)}: outputs computed below float32 (a
+    mixed_float16 model; bridge.parity.precision) get that dtype's bounds, and say so."""
     out = {}
     for name, ref in reference.items():
-        tol = cmp.resolve_tolerance(name, ref.dtype, atol, rtol, own)
+        computed, why = (precision or {}).get(name, (ref.dtype, ""))
+        tol = cmp.resolve_tolerance(name, computed, atol, rtol, own)
         if name not in outputs:
             out[name] = cmp.mismatch(f"{res.name} has no output {name!r}", None, ref, tol)
             continue
-        out[name] = cmp.compare(outputs[name], ref, tol)
+        c = cmp.compare(outputs[name], ref, tol)
+        out[name] = dataclasses.replace(c, note=f"{why}; {c.note}" if c.note else why) if why else c
     return out
 
 
