@@ -40,13 +40,26 @@ def _needs(c: cmp.Comparison) -> bool:
     return np.dtype(c.dtype).kind == "f" and c.status != "pass" and not c.nonfinite
 
 
+# The float dtypes and dtype policies a layer's config may name, all made float64:
+# a mixed_float16 model's layers compute in float16 and keep float32 variables;
+# its float64 twin computes every layer in float64 (the same weights, widened)
+FLOAT_POLICIES = ("float32", "float16", "bfloat16", "mixed_float16", "mixed_bfloat16")
+
+
+def _is_float_policy(v) -> bool:
+    if isinstance(v, str):
+        return v in FLOAT_POLICIES
+    return (isinstance(v, dict) and v.get("class_name") in ("DTypePolicy", "FloatDTypePolicy")
+            and isinstance(v.get("config"), dict) and v["config"].get("name") in FLOAT_POLICIES)
+
+
 def _float64_config(obj):
-    """A Keras config with every float32 dtype (policy) made float64."""
+    """A Keras config with every float dtype (policy: float32, float16,
+    bfloat16, mixed_float16, mixed_bfloat16) made float64."""
     if isinstance(obj, dict):
         out = {}
         for k, v in obj.items():
-            if k == "dtype" and (v == "float32" or (isinstance(v, dict) and v.get("class_name") == "DTypePolicy"
-                                                    and v.get("config", {}).get("name") == "float32")):
+            if k == "dtype" and _is_float_policy(v):
                 out[k] = "float64"
             else:
                 out[k] = _float64_config(v)

@@ -1,11 +1,17 @@
 """Standard-op kernels the onnx-reference runtime uses instead of onnx's own
-where those are wrong. onnx 1.23's ReferenceEvaluator MaxPool mis-sizes
-asymmetric pads (kernel 2, stride 1, pads [0,0,1,1] on 3x3 gives 2x4, not
-3x3): YOLOv3-tiny's stride-1 pool has exactly those pads."""
+where those are wrong. onnx 1.23's ReferenceEvaluator:
+- MaxPool mis-sizes asymmetric pads (kernel 2, stride 1, pads [0,0,1,1] on 3x3
+  gives 2x4, not 3x3): YOLOv3-tiny's stride-1 pool has exactly those pads.
+- Loop joins its scan outputs with np.vstack, which concatenates per-iteration
+  values of rank >= 2 along their own first axis instead of stacking them on
+  a new one (7 steps of [1,5] give [7,5], not [7,1,5]; a 0-d value gives
+  [N,1]): tf2onnx's while loop of a Keras GRU/SimpleRNN scans exactly such
+  values, and the next Transpose/Concat then fails."""
 from __future__ import annotations
 
 import numpy as np
 from onnx.reference.op_run import OpRun
+from onnx.reference.ops.op_loop import Loop as _StockLoop
 
 
 class MaxPool(OpRun):
@@ -35,4 +41,28 @@ class MaxPool(OpRun):
         return (out.astype(x.dtype),)
 
 
-OPS = [MaxPool]
+class Loop(_StockLoop):
+    op_domain = ""
+
+    def __init__(self, onnx_node, run_params):
+        super().__init__(onnx_node, run_params)
+        stock_body = self._run_body  # set per instance by OpRun for the `body` attribute
+        self._scan_shapes = None
+
+        def body(*args, **kwargs):
+            outs = stock_body(*args, **kwargs)
+            if self.K:
+                self._scan_shapes = [np.shape(o) for o in outs[len(outs) - self.K:]]
+            return outs
+        self._run_body = body
+
+    def _run(self, *args, **kwargs):
+        self._scan_shapes = None
+        res = list(super()._run(*args, **kwargs))
+        if self._scan_shapes is not None:  # at least one iteration ran: its values' shape is known
+            for k, shape in enumerate(self._scan_shapes):
+                res[self.N + k] = np.asarray(res[self.N + k]).reshape((-1,) + tuple(shape))
+        return tuple(res)
+
+
+OPS = [MaxPool, Loop]

@@ -107,6 +107,18 @@ class ModelSource:
         self.saved_model()
         return self.resolved.serving_signature
 
+    def output_precision(self) -> Dict[str, Tuple[str, str]]:
+        """{output: (dtype whose bounds judge it, why)} for the outputs of a Keras
+        model computed below float32 (bridge.parity.precision); {} otherwise."""
+        def build():
+            if self.kind != "keras":
+                return {}
+            from bridge.parity import precision
+            model = self.keras_model()
+            return {k: (d, precision.note(d, model))
+                    for k, d in precision.output_precision(model, self.output_names).items()}
+        return self.cached("output-precision", build)
+
     def fused_model(self):
         """(fused Keras model, fusion report) from bridge.converters.fuse."""
         def build():
