@@ -44,10 +44,10 @@ import argparse
 import importlib
 import json
 import logging
-import pkgutil
 import sys
 
 from bridge.commands._options import parse_config
+from bridge.errors import BridgeError
 
 NAME = "export"
 USES_TF_OPS = True  # the op library is built (or found) before any model is loaded
@@ -57,13 +57,8 @@ DESCRIPTION = __doc__.split("\n\n")[0]
 
 def targets():
     """{to: module name} of every bridge.converters.export_<to> module present."""
-    from importlib.util import find_spec
-    spec = find_spec("bridge.converters")
-    found = {}
-    for info in pkgutil.iter_modules(spec.submodule_search_locations):
-        if info.name.startswith("export_"):
-            found[info.name[len("export_"):]] = f"bridge.converters.{info.name}"
-    return dict(sorted(found.items()))
+    from bridge.api.export import targets as found
+    return found()
 
 
 def _exporter(to):
@@ -114,71 +109,26 @@ def _loaded_exporters():
 
 
 def run(args) -> int:
+    """argparse over bridge.api.export.export (the one implementation)."""
     from bridge.cli import UsageError
-    from bridge import modelsource
-    from bridge.exporting import ExportError, OptionError, Progress
-    try:
-        mod = _exporter(args.to)
-    except Exception as e:
-        print(f"bridge export: the {args.to} exporter cannot be loaded: {type(e).__name__}: {e}", file=sys.stderr)
-        return 1
-    modes = tuple(getattr(mod, "MODES", ()))
-    if args.mode is not None and args.mode not in modes:
-        raise UsageError(f"--mode {args.mode}: --to {args.to} has modes {', '.join(modes) or '(none)'}")
-    if args.opset is not None and not getattr(mod, "USES_OPSET", False):
-        raise UsageError(f"--opset applies to targets that write ONNX, not to --to {args.to}")
+    from bridge.api.export import export
+    from bridge.exporting import ExportError
     if not args.verbose:
         logging.getLogger("tensorflow").setLevel(logging.ERROR)
-    progress = Progress()  # stderr: --json output on stdout stays clean
-    try:
-        with progress.stage(f"loading {args.model}"):
-            source = modelsource.resolve(args.model, input_shapes=args.input_shape, batch=args.batch,
-                                         seed=args.seed, config=parse_config(args.config))
-    except modelsource.ModelSourceError as e:
-        raise UsageError(str(e)) from None
-    output = args.output or (source.name + getattr(mod, "SUFFIX", ""))
     own = {d: getattr(args, d) for d in args._export_own_options.get(args.to, [])}
     try:
-        result = mod.export(source, output, mode=args.mode or (modes[0] if modes else None), opset=args.opset,
-                            fuse=args.fuse, seed=args.seed, verbose=args.verbose, progress=progress,
-                            atol=args.atol, verify=args.verify, **own)
-    except (OptionError, modelsource.ModelSourceError) as e:
-        raise UsageError(str(e)) from None
+        result = export(args.model, args.to, args.output, mode=args.mode, opset=args.opset, fuse=args.fuse,
+                        input_shapes=args.input_shape, batch=args.batch, seed=args.seed,
+                        config=parse_config(args.config), atol=args.atol, verify=args.verify,
+                        verbose=args.verbose, progress=True, **own)  # stderr: --json output on stdout stays clean
     except ExportError as e:
         print(f"bridge export: {e}", file=sys.stderr)
         return 1
-    _print(result, args.json, args.verify)
+    except UsageError:
+        raise
+    except BridgeError as e:
+        if e.exit_code == 1:
+            raise
+        raise UsageError(str(e)) from None
+    print(json.dumps(result.to_json(), indent=1, default=str) if args.json else result.render())
     return 0 if result.ok else 1
-
-
-def _print(result, as_json: bool, verify: bool) -> None:
-    from bridge.table import render
-    if as_json:
-        out = {"output": result.output, "format": result.format, "files": result.files, "ok": result.ok,
-               "checks": [dict(vars(c)) for c in result.checks], "not_verified": _unverified(result, verify),
-               "seconds": result.seconds, "details": result.details}
-        print(json.dumps(out, indent=1, default=str))
-        return
-    for line in result.summary:
-        print(line)
-    if result.checks:
-        verdicts = {"pass": ("ok", "green"), "FAIL": ("FAILED", "red")}
-        shown = [verdicts.get(c.status, (c.status, "yellow")) for c in result.checks]
-        rows = [[c.output, c.max_abs_error, c.allowed, v] for c, (v, _) in zip(result.checks, shown)]
-        colours = [[None, None, None, colour] for _, colour in shown]
-        print(render(["output", "max abs error vs TF", "allowed", "verdict"], rows, colours))
-        for c in result.checks:
-            if c.status != "pass" and c.note:  # why it failed, or passes although beyond the tolerance
-                print(f"  {c.output}: {c.note}")
-    else:
-        print(f"not verified ({_unverified(result, verify)})")
-
-
-def _unverified(result, verify: bool):
-    """Why the result has no checks (None when it has some)."""
-    if result.checks:
-        return None
-    if not verify:
-        return "--no-verify"
-    return result.not_verified or "the exporter ran no checks"
-

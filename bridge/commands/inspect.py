@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 NAME = "inspect"
 HELP = "op census, custom ops, inputs/outputs and size of a .tflite or .onnx file"
@@ -19,23 +18,14 @@ def add_arguments(p):
 
 
 def summarise(path: str):
-    """The summary of one file, by content (TFLite identifier) and else by suffix."""
+    """bridge.api.inspect.inspect, its errors as usage errors (exit 2)."""
+    from bridge.api.inspect import inspect
     from bridge.cli import UsageError
-    from bridge.tflite_inspect import InspectError, inspect_tflite, is_tflite
-    p = Path(path)
-    if not p.is_file():
-        raise UsageError(f"{path}: no such file")
-    with open(p, "rb") as f:
-        head = f.read(8)
+    from bridge.tflite_inspect import InspectError
     try:
-        if is_tflite(head) or p.suffix.lower() == ".tflite":
-            return inspect_tflite(p)
-        if p.suffix.lower() == ".onnx":
-            from bridge.onnx_inspect import inspect_onnx
-            return inspect_onnx(p)
+        return inspect(path)
     except InspectError as e:
         raise UsageError(str(e)) from None
-    raise UsageError(f"{path}: not a TFLite flatbuffer and not named .onnx; bridge inspect reads .tflite and .onnx files")
 
 
 def run(args) -> int:

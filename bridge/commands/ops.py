@@ -15,16 +15,18 @@ def add_arguments(p):
 
 def run(args) -> int:
     from bridge import backends
-    t = backends.table()
+    from bridge.api.ops import ops
+    found = ops()
     if args.json:
-        print(json.dumps({"ops": t, "holes": backends.holes(t)}, indent=1))
+        print(json.dumps(found, indent=1))
         return 0
+    t = found["ops"]
     keys = list(backends.COLUMNS)
     rows, colours = [], []
     for op, row in t.items():
         rows.append([op] + [row[k] for k in keys])
         colours.append([None] + ["green" if backends.is_yes(row[k]) else "yellow" for k in keys])
     print(render(["op"] + [backends.COLUMNS[k][0] for k in keys], rows, colours, align="l" * (len(keys) + 1)))
-    for hole in backends.holes(t):
+    for hole in found["holes"]:
         print(f"hole: {hole}")
     return 0

@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-import time
 
 from bridge import atomic
 from bridge.commands._options import parse_config
@@ -99,41 +97,23 @@ def _write_json(path, data):
 
 
 def run(args) -> int:
+    """argparse over bridge.api.parity.parity (the one implementation)."""
     from bridge.cli import UsageError
-    from bridge.parity import inputs as inputs_mod
+    from bridge.api.parity import parity
     from bridge.parity.inputs import InputError
     from bridge.parity.loaded import parse_load_outputs
-    from bridge.parity.report import render_report
-    from bridge.parity.runner import run_parity
 
-    start = time.perf_counter()
-    quiet = args.quiet or args.json == "-"
-
-    def log(msg):
-        if not quiet:
-            print(f"[{time.perf_counter() - start:6.1f}s] {msg}", file=sys.stderr, flush=True)
-
-    if args.batch < 1:
-        raise UsageError(f"--batch must be >= 1, got {args.batch}")
-    runtimes = None
-    if args.runtimes is not None:
-        runtimes = [r.strip() for r in args.runtimes.split(",") if r.strip()]
-        if not runtimes:
-            raise UsageError("--runtimes is empty")
     try:
-        shapes = args.input_shape or None
-        loaded = parse_load_outputs(args.load_outputs)
-        given = inputs_mod.load(args.load_inputs) if args.load_inputs else None
-        if given is not None and shapes:
-            raise InputError("--input-shape and --load-inputs exclude each other (the file fixes the shapes)")
-        report = run_parity(args.model, runtimes=runtimes, batch=args.batch, input_shapes=shapes, seed=args.seed,
-                            atol=_tolerances(args.atol, "--atol"), rtol=_tolerances(args.rtol, "--rtol"),
-                            per_layer=args.per_layer, inputs=given, save_inputs=args.save_inputs,
-                            load_outputs=loaded, config=parse_config(args.config), onnx_file=args.onnx, log=log)
+        report = parity(args.model, runtimes=args.runtimes, per_layer=args.per_layer, inputs=args.load_inputs,
+                        batch=args.batch, input_shapes=args.input_shape or None, seed=args.seed,
+                        atol=_tolerances(args.atol, "--atol"), rtol=_tolerances(args.rtol, "--rtol"),
+                        config=parse_config(args.config), onnx=args.onnx, save_inputs=args.save_inputs,
+                        load_outputs=parse_load_outputs(args.load_outputs),
+                        progress=not (args.quiet or args.json == "-"))
     except InputError as e:
         raise UsageError(str(e)) from None
     if args.json:
         _write_json(args.json, report.to_json())
     if args.json != "-":
-        print(render_report(report))
+        print(report.table())
     return 0 if report.passed else 1

@@ -22,6 +22,7 @@ from bridge.parity.runtime import Runtime, Unavailable
 from bridge.parity.runtimes import discover
 from bridge.parity.source import ModelSource, open_source
 from bridge.parity.stages import release_heap
+from bridge.parity.views import ReportViews
 
 
 @dataclass
@@ -83,7 +84,7 @@ class RuntimeResult:
 
 
 @dataclass
-class ParityReport:
+class ParityReport(ReportViews):
     model: str
     kind: str
     reference: str
