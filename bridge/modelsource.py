@@ -194,9 +194,14 @@ class ResolvedModel:
     def is_keras(self) -> bool:
         return self.kind in ("builtin", "keras")
 
+    @property
+    def is_graph(self) -> bool:
+        """A TensorFlow graph (a SavedModel or a frozen GraphDef): fused at graph level."""
+        return self.kind in ("savedmodel", "graphdef")
+
     def describe(self) -> str:
         what = {"builtin": "built-in model", "keras": "Keras file", "savedmodel": "SavedModel",
-                "onnx": "ONNX model"}[self.kind]
+                "graphdef": "frozen GraphDef", "onnx": "ONNX model"}[self.kind]
         ins = ", ".join(f"{i.name}{_dims(i.shape)}:{i.dtype}" for i in self.inputs)
         return f"{what} {self.path or self.name} (inputs {ins}; outputs {', '.join(self.output_names)})"
 
@@ -212,8 +217,8 @@ class ResolvedModel:
         if self.kind == "onnx":
             raise ModelSourceError(f"{self.arg} is already an ONNX model; there is no TensorFlow function to trace")
         names = list(self.output_names)
-        if self.kind == "savedmodel" and model is None:
-            sig = self._signature_fn
+        if self.is_graph:  # `model`: a graph standing for it (graph_fuse's fused GraphModel), or None
+            sig = model.signatures["serving_default"] if model is not None else self._signature_fn
             keys = [i.name for i in self.inputs]
 
             def call(*args):
@@ -281,8 +286,11 @@ def builtin_names() -> List[str]:
 
 
 def resolve(arg: str, input_shapes=None, batch: Optional[int] = None, seed: int = 0,
-            config: Optional[Mapping[str, Any]] = None) -> ResolvedModel:
-    """The MODEL argument -> ResolvedModel (see the module doc)."""
+            config: Optional[Mapping[str, Any]] = None, graph_inputs: Optional[Sequence[str]] = None,
+            graph_outputs: Optional[Sequence[str]] = None) -> ResolvedModel:
+    """The MODEL argument -> ResolvedModel (see the module doc). A frozen GraphDef
+    (`.pb`) takes its input and output tensor names as tf2onnx's --graphdef does
+    (`graph_inputs`: its placeholders by default; `graph_outputs`: required)."""
     shapes = parse_input_shapes(input_shapes)
     config = dict(config or {})
     path = os.path.expanduser(arg)
@@ -299,10 +307,15 @@ def resolve(arg: str, input_shapes=None, batch: Optional[int] = None, seed: int 
     elif path.endswith(".onnx"):
         _must_exist(arg, path)
         src = _onnx_file(path)
+    elif path.endswith(".pb"):
+        _must_exist(arg, path)
+        src = _graphdef_file(path, graph_inputs, graph_outputs)
     else:
         known = ", ".join(builtin_names()) or "(bridge.models is not importable)"
         raise ModelSourceError(f"unknown model {arg!r}: not a built-in model ({known}), nor a .keras file, "
-                               f"a SavedModel directory or an .onnx file")
+                               f"a SavedModel directory, a frozen GraphDef .pb or an .onnx file")
+    if (graph_inputs or graph_outputs) and src.kind != "graphdef":
+        raise ModelSourceError(f"--inputs/--outputs name the tensors of a frozen GraphDef (.pb), not of {arg}")
     if config and src.kind != "builtin":
         raise ModelSourceError(f"--config applies to built-in models only, not to {arg}")
     src.arg = arg
@@ -547,6 +560,19 @@ def _savedmodel_object(obj, name) -> ResolvedModel:
     outputs = list(sig.structured_outputs)
     return ResolvedModel(arg=name, kind="savedmodel", name=name, model=obj, inputs=inputs,
                          output_names=outputs, _signature_fn=sig)
+
+
+def _graphdef_file(path, inputs, outputs) -> ResolvedModel:
+    """A TF1 frozen GraphDef, read as bridge.converters.graph_model.GraphModel."""
+    _load_keras_support()  # a graph with bridge's ops imports only where they are registered
+    from bridge.converters.graph_model import GraphModelError, load
+    try:
+        gm = load(path, inputs=list(inputs or ()), outputs=list(outputs or ()))
+    except GraphModelError as e:
+        raise ModelSourceError(str(e)) from None
+    src = _savedmodel_object(gm, _stem(path))
+    src.kind, src.path = "graphdef", path
+    return src
 
 
 def _onnx_file(path) -> ResolvedModel:

@@ -14,12 +14,15 @@ import numpy as np
 from bridge.exporting import Check, ExportError, Progress
 
 
-def fuse_model(model, progress: Progress, summary: List[str], details: dict):
-    """`model` rewritten onto the fused ops (bridge.converters.fuse), as the
-    "fusing" stage; the fusion report goes to `summary` (text) and
-    `details["fusion"]` (JSON)."""
+def fuse_model(model, progress: Progress, summary: List[str], details: dict, graph: bool = False):
+    """`model` rewritten onto the fused ops (bridge.converters.fuse; a TensorFlow
+    graph by graph_fuse.fuse_graph), as the "fusing" stage; the fusion report
+    goes to `summary` (text) and `details["fusion"]` (JSON)."""
     from bridge import converters
-    fuse = getattr(converters, "fuse", None)
+    if graph:
+        from .graph_fuse import fuse_graph as fuse
+    else:
+        fuse = getattr(converters, "fuse", None)
     if fuse is None:
         raise ExportError("the fusion rewriter (bridge.converters.fuse) is not available; --no-fuse exports the "
                           "model as it is")
@@ -37,6 +40,8 @@ def model_to_export(source, fuse: bool, progress: Progress, summary: List[str], 
     Keras models only; anything else is exported as saved, and `summary` says so)."""
     if fuse and source.is_keras:
         return fuse_model(source.model, progress, summary, details)
+    if fuse and getattr(source, "is_graph", False):
+        return fuse_model(source.model, progress, summary, details, graph=True)
     if fuse:
         summary.append(f"{source.kind}: exported as saved (fusion rewrites Keras models only)")
     return source.model

@@ -33,7 +33,8 @@ class ModelSource:
         """`resolved`: the MODEL as bridge.modelsource resolved it (--input-shape
         applied); `onnx_model`: an export to use instead of bridge's own (--onnx)."""
         self.resolved = resolved
-        self.kind = "keras" if resolved.is_keras else resolved.kind
+        # a frozen GraphDef runs where a SavedModel does (its GraphModel has the same signature)
+        self.kind = "keras" if resolved.is_keras else ("savedmodel" if resolved.kind == "graphdef" else resolved.kind)
         assert self.kind in KINDS
         self.label = resolved.name
         self.builtin = resolved.name if resolved.kind == "builtin" else None
@@ -120,8 +121,12 @@ class ModelSource:
         return self.cached("output-precision", build)
 
     def fused_model(self):
-        """(fused Keras model, fusion report) from bridge.converters.fuse."""
+        """(fused Keras model, fusion report) from bridge.converters.fuse; for a
+        SavedModel or frozen graph, (fused GraphModel, report) from graph_fuse."""
         def build():
+            if self.kind == "savedmodel":
+                from bridge.converters.graph_fuse import fuse_graph
+                return fuse_graph(self._model)
             model = self.keras_model()
             try:
                 from bridge.converters import fuse
