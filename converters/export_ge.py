@@ -35,7 +35,7 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from bridge import atomic
-from bridge.exporting import Check, ExportError, ExportResult, OptionError, quiet
+from bridge.exporting import NOT_WRITTEN, Check, ExportError, ExportResult, OptionError, quiet
 from bridge.untrusted import UntrustedNameError, file_stems, inside, md_cell, md_code, shell_word, shown, write_npz
 
 from .shared_steps import compare_outputs, float64_reference, model_to_export, tf_outputs
@@ -191,7 +191,7 @@ def _custom_step(model_word: str) -> str:
 
 
 def readme(model_name: str, model_arg: str, parser: str, opset: int, inputs: List[BundleInput], outputs: List[str],
-           soc: str, route: str = "builtin") -> str:
+           soc: str, route: str = "builtin", fixed: str = "") -> str:
     bins = ",".join(i.file for i in inputs)
     model_word = shell_word(model_arg)
     renamed = [i for i in inputs if i.atc_name != i.name or i.file != f"inputs/{i.name}.bin"]
@@ -214,7 +214,7 @@ a name, and file names keep to `A-Z a-z 0-9 _ . -`: these inputs are named diffe
 Written by {md_code(f"bridge export {model_word} --to ge" + ("" if route == "builtin" else f" --route {route}"))} (parser `{parser}`, ONNX opset {opset}).
 `model.onnx` has static shapes and the fused ops as plain custom nodes; `opp/` is the
 custom OPP package whose ONNX parser plugins ATC needs for them.
-
+{_fixed_section(fixed)}
 ## On the Ascend machine, in order
 
 1. Copy this folder there and set up CANN: `source <CANN>/set_env.sh` (sets `ASCEND_HOME_PATH`).
@@ -237,6 +237,16 @@ Copy the folder of `.bin` files back and compare against TensorFlow on the same 
 
 (`inputs/inputs.npz` holds the arrays of `inputs/*.bin`, keyed by the original model's input names.)
 """
+
+
+def _fixed_section(fixed: str) -> str:
+    """The README's word on dims the model leaves open (`fixed`: fixed_dims' text)."""
+    if not fixed:
+        return ""
+    return ("\nThe model leaves some dims open; this bundle fixes them at the shape bridge verified\n"
+            f"({md_code(fixed)}). ATC's dynamic options (`--dynamic_dims` gears,\n"
+            "`--input_shape_range`) vary by CANN release: add them to `atc.sh` yourself, or export again\n"
+            "with `--input-shape NAME:D,D,...` for another fixed shape.\n")
 
 
 def names_json(inputs: List[BundleInput], outputs: List[str]) -> str:
@@ -270,7 +280,7 @@ def _write_tree(files: Dict[str, bytes], output: str) -> List[str]:
 
 def package(model, output: str, *, opset: int, parser: str, shapes: Dict[str, tuple], soc: str = DEFAULT_SOC,
             feeds: Optional[Dict[str, np.ndarray]] = None, name: str = "model", model_arg: Optional[str] = None,
-            route: str = "builtin") -> List[str]:
+            route: str = "builtin", fixed: str = "") -> List[str]:
     """Writes DIR from a GE-bound model (see `ge_model`); raises ExportError when
     the pre-flight against the generated plugins is not clean. Inputs whose names
     ATC cannot carry are renamed in DIR/model.onnx (bridge.ascend.atc_names)."""
@@ -300,7 +310,7 @@ def package(model, output: str, *, opset: int, parser: str, shapes: Dict[str, tu
     files = {f"opp/{p}": t.encode() for p, t in pkg.items()}
     files["model.onnx"] = model.SerializeToString()
     files["atc.sh"] = atc_script({i.atc_name: shapes[i.name] for i in inputs}, soc, route).encode()
-    files["README.md"] = readme(name, model_arg or name, parser, opset, inputs, outputs, soc, route).encode()
+    files["README.md"] = readme(name, model_arg or name, parser, opset, inputs, outputs, soc, route, fixed).encode()
     files["names.json"] = names_json(inputs, outputs).encode()
     if feeds:
         import io
@@ -375,7 +385,7 @@ def export(source, output: str, *, mode=None, opset: Optional[int] = None, fuse:
         model = model_to_export(source, fuse, progress, summary, details)
         with progress.stage("converting"):
             # ATC's opsets (11..) are below the function bodies' 13: bare com.bridge nodes, no functions
-            fn = source.function(model if source.is_keras else None)
+            fn = source.function(model)
             # tf2onnx's large-model path for its memory (see export_onnx.export), the tensors put back
             (onnx_model, external), opset, note = at_lowest_opset(
                 lambda o: convert_raw(fn, source.signature(), opset=o, output_names=source.output_names,
@@ -399,12 +409,18 @@ def export(source, output: str, *, mode=None, opset: Optional[int] = None, fuse:
                     checks.append(c)
     elif verify:
         not_verified = "an ONNX source: no TensorFlow model to compare against"
+    fixed = fixed_dims(source, shapes)
+    if not all(c.passed for c in checks):  # a bundle that fails its check is not written
+        return ExportResult(output=output, format="ge", summary=summary + [_fixed_line(fixed)] * bool(fixed), checks=checks,
+                            seconds=dict(progress.seconds), details=details, not_written=NOT_WRITTEN)
     with progress.stage("writing"):
         files = package(ge, output, opset=opset, parser=parser, shapes=shapes, soc=soc_version, feeds=feeds,
-                        name=source.name, model_arg=source.arg, route=route)
+                        name=source.name, model_arg=source.arg, route=route, fixed=fixed)
     custom = sum(1 for n in ge.graph.node if n.op_type in _custom_types())
     summary.append(f"wrote {output}/ (parser {parser}, opset {opset}, {len(ge.graph.node)} nodes, {custom} custom; "
                    f"ATC pre-flight clean; then: opp/install.sh, atc.sh)")
+    if fixed:
+        summary.append(_fixed_line(fixed))
     if route == "custom-op":
         summary.append("route custom-op: GE custom operators in opp/op_graph; supply the kernels listed in "
                        "opp/kernels/README.md before opp/install.sh")
@@ -414,6 +430,20 @@ def export(source, output: str, *, mode=None, opset: Optional[int] = None, fuse:
                        f"{shown(renamed[0].name)} -> {shown(renamed[0].atc_name)} (names.json has them all)")
     return ExportResult(output=output, format="ge", files=files, summary=summary, checks=checks,
                         seconds=dict(progress.seconds), details=details, not_verified=not_verified)
+
+
+def fixed_dims(source, shapes: Dict[str, tuple]) -> str:
+    """The inputs whose dims the model leaves open (other than the batch, which
+    ATC's bundle always fixes at 1), at the sample shape the bundle fixes them at:
+    "ids[1, 16]"; '' when none. model.onnx and atc.sh are static: ATC's dynamic
+    options (--dynamic_dims gears, --input_shape_range) differ by CANN release and
+    need gears chosen for the deployment."""
+    return ", ".join(f"{i.name}{list(shapes[i.name])}" for i in source.inputs if any(d is None for d in i.shape[1:]))
+
+
+def _fixed_line(fixed: str) -> str:
+    return (f"dims the model leaves open are fixed at the verified sample shape for ATC: {fixed}; export again "
+            f"with --input-shape NAME:D,D,... for another shape") if fixed else ""
 
 
 def with_external_data(source):

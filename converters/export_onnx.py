@@ -28,7 +28,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Typ
 import numpy as np
 
 from bridge import atomic
-from bridge.exporting import Check, ExportError, ExportResult, OptionError, Progress, quiet
+from bridge.exporting import NOT_WRITTEN, Check, ExportError, ExportResult, OptionError, Progress, quiet
 
 from .shared_steps import compare_outputs, float64_reference, model_to_export, tf_outputs
 
@@ -385,13 +385,18 @@ def _order_outputs(model, names: Sequence[str]) -> None:
 
 # -- writing -------------------------------------------------------------------
 def save(model, path: str, external: bool = False, storage: Optional[Mapping[str, bytes]] = None,
-         check: bool = True) -> List[str]:
+         check: bool = True, verify: Optional[Callable[[str], bool]] = None,
+         progress: Optional[Progress] = None) -> List[str]:
     """Writes `model` to `path` atomically (a temp folder next to it, checked with
     the full checker there, then renamed into place). `external`: tensors of
     EXTERNAL_TENSOR_MIN_BYTES or more go to `<path>.data` (ONNX external data), with
-    `storage` holding the bytes tf2onnx already kept out of the proto. Returns the
-    files written."""
+    `storage` holding the bytes tf2onnx already kept out of the proto. `verify`:
+    called with the staged model's path once it is checked; when it returns
+    False nothing is moved into place (a file that fails its verification is
+    not written, and one already at `path` stays). Returns the files written
+    ([] when `verify` refused)."""
     import onnx
+    progress = progress or quiet()
     path = os.path.abspath(path)
     folder = os.path.dirname(path)
     with atomic.staging_folder(folder, os.path.basename(path)) as tmp:
@@ -404,10 +409,13 @@ def save(model, path: str, external: bool = False, storage: Optional[Mapping[str
         with open(tmp_model, "wb") as f:
             f.write(model.SerializeToString())
         if check:
-            try:
-                onnx.checker.check_model(tmp_model, full_check=True)
-            except Exception as e:
-                raise ExportError(f"the exported model fails onnx.checker (full check): {e}") from e
+            with progress.stage("checking"):
+                try:
+                    onnx.checker.check_model(tmp_model, full_check=True)
+                except Exception as e:
+                    raise ExportError(f"the exported model fails onnx.checker (full check): {e}") from e
+        if verify is not None and not verify(tmp_model):
+            return []
         for name in sorted(os.listdir(tmp), key=lambda n: n == os.path.basename(path)):  # data first, model last
             os.replace(os.path.join(tmp, name), os.path.join(folder, name))
         return files
@@ -471,7 +479,7 @@ def export(source, output: str, *, mode: Optional[str] = None, opset: Optional[i
     details: dict = {"mode": mode, "opset": opset}
     model = model_to_export(source, fuse, progress, summary, details)
     with progress.stage("tracing"):
-        fn = source.function(model if source.is_keras else None)
+        fn = source.function(model)
         concrete = fn.get_concrete_function()
         large = _variable_bytes(concrete) > EXTERNAL_DATA_BYTES if external_data is None else bool(external_data)
     with progress.stage("converting"):
@@ -482,8 +490,23 @@ def export(source, output: str, *, mode: Optional[str] = None, opset: Optional[i
                                        output_names=source.output_names, verbose=verbose, large=True)
         if not large:
             onnx_model, external = embed_external(onnx_model, external), {}
-    with progress.stage("checking"):
-        files = save(onnx_model, output, external=large, storage=external)
+    checks: List[Check] = []
+
+    def verified(staged: str) -> bool:  # the staged file, before it is moved into place
+        with progress.stage("verifying"):
+            feeds = source.sample_inputs(seed=seed)
+            ref = tf_outputs(fn, feeds, [i.name for i in source.inputs])
+            try:
+                got = run_onnx(staged, feeds, mode)
+            except Exception as e:  # onnxruntime's own errors (e.g. a Reshape tf2onnx's optimizer got wrong)
+                raise ExportError(f"onnxruntime cannot run the export (not written): {_first_line(e)}. This is a "
+                                  f"fault of the converted graph, not of the model: try another --opset, and "
+                                  f"report it with the model") from None
+            checks.extend(compare_outputs(got, ref, atol, float64=float64_reference(source, feeds)))
+        return all(c.passed for c in checks)
+
+    files = save(onnx_model, output, external=large, storage=external, verify=verified if verify else None,
+                 progress=progress)
     counts = _op_counts(onnx_model)
     details.update(nodes=sum(counts.values()), custom_nodes={k: v for k, v in counts.items() if "::" in k},
                    external_data=large)
@@ -491,20 +514,13 @@ def export(source, output: str, *, mode: Optional[str] = None, opset: Optional[i
     custom = "; ".join(f"{domain}: " + ", ".join(f"{v} {k.split('::')[1]}" for k, v in sorted(counts.items())
                                                  if k.split("::")[0] == domain)
                        for domain in sorted({k.split("::")[0] for k in counts if "::" in k}))
-    summary.append(f"wrote {files[0]} ({mode}, opset {opset}, {sum(counts.values())} nodes"
-                   + (f"; {custom}" if custom else "") + (", external data" if large else "") + ")")
-    checks: List[Check] = []
-    if verify:
-        with progress.stage("verifying"):
-            feeds = source.sample_inputs(seed=seed)
-            ref = tf_outputs(fn, feeds, [i.name for i in source.inputs])
-            try:
-                got = run_onnx(files[0], feeds, mode)
-            except Exception as e:  # onnxruntime's own errors (e.g. a Reshape tf2onnx's optimizer got wrong)
-                raise ExportError(f"the export was written ({files[0]}) but onnxruntime cannot run it: "
-                                  f"{_first_line(e)}. This is a fault of the converted graph, not of the "
-                                  f"model: try another --opset, and report it with the model") from None
-            checks = compare_outputs(got, ref, atol, float64=float64_reference(source, feeds))
+    what = (f"({mode}, opset {opset}, {sum(counts.values())} nodes" + (f"; {custom}" if custom else "")
+            + (", external data" if large else "") + ")")
+    if not files:
+        return ExportResult(output=os.path.abspath(output), format="onnx", summary=summary + [f"converted {what}"],
+                            checks=checks, seconds=dict(progress.seconds), details=details,
+                            not_written=NOT_WRITTEN)
+    summary.append(f"wrote {files[0]} {what}")
     return ExportResult(output=files[0], format="onnx", files=files, summary=summary, checks=checks,
                         seconds=dict(progress.seconds), details=details)
 

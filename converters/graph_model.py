@@ -87,9 +87,6 @@ class GraphModel:
             self._fn = tf.function(call, input_signature=specs, autograph=False)
         return self._fn
 
-    def __call__(self, *args):
-        return self.function()(*args)
-
     def save(self, path) -> str:
         """Writes the graph as a SavedModel at `path` (atomically: a temporary
         folder renamed into place); its serving_default signature takes and

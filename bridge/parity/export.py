@@ -31,7 +31,7 @@ def ge_opset() -> int:
 def _tf_function(source) -> Tuple[Any, list, list]:
     """(tf.function, input signature, output names) of what the ONNX runtimes run:
     the fused Keras model (source.fused_model, shared with tf-fused; the model
-    itself when nothing can be fused), or a SavedModel's signature. Traced once
+    itself when nothing can be fused), or a SavedModel's fused graph. Traced once
     per run, whatever the opset."""
     shapes = getattr(source, "input_shapes", None)
     if not shapes:
@@ -45,7 +45,10 @@ def _tf_function(source) -> Tuple[Any, list, list]:
             except Unavailable:
                 model = source.keras_model()  # nothing fused: the plain export still checks the ONNX road
         else:
-            model = source.saved_model()
+            try:
+                model, _ = source.fused_model()  # the graph rewritten onto the fused ops (graph_fuse)
+            except Unavailable:
+                model = source.saved_model()
         ms = modelsource.from_object(model, input_shapes=dict(shapes))
         return ms.function(model if ms.is_keras else None), ms.signature(), list(ms.output_names)
     return source.cached("tf-function", build)
