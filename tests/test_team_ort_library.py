@@ -71,8 +71,9 @@ def test_the_kernel_matches_the_float64_reference_on_awkward_shapes(library):
 
 
 def test_the_kernel_refuses_a_bad_bias_naming_the_op_the_argument_and_the_shapes(library):
+    from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
     sess = _session(library, "float32")
-    with pytest.raises(Exception, match=r"FusedBiasGelu: argument 'bias': must have shape \[C\]=\[5\] \(the last "
+    with pytest.raises(InvalidArgument, match=r"FusedBiasGelu: argument 'bias': must have shape \[C\]=\[5\] \(the last "
                                         r"dim of x \[3,5\]\), got \[4\]"):
         sess.run(None, {"x": np.ones((3, 5), np.float32), "bias": np.ones(4, np.float32)})
 
