@@ -76,6 +76,9 @@ def replacing_folder(path) -> Iterator[str]:
     if os.path.exists(path) and not os.path.isdir(path):
         raise FileExistsError(f"{path} exists and is not a folder")
     tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=os.path.dirname(path))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)  # a folder as os.makedirs makes it, not mkdtemp's private one
     try:
         yield tmp
         if os.path.isdir(path):
