@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
@@ -14,6 +15,7 @@ from bridge.ascend import atc_support, expand_builtin, legacy_to_runnable, to_le
 from bridge.ascend.builtin import decomposition
 from bridge.ascend.opp import package_files, plugin_file
 from bridge.ascend.render_onnx import step_of
+from ascend_cpp_steps import cpp_form, cpp_steps, onnx_steps
 from ascend_models import CASES, inputs_for, one_op_model
 
 CASE_IDS = [(n, i) for n, cases in CASES.items() for i in range(len(cases))]
@@ -62,6 +64,51 @@ def test_onnx_and_cpp_renderings_are_the_same_steps(name):
     in_cpp = {tuple(m.split("_", 1)) for m in re.findall(r'b\.(?:Make|Const)\("(s\d+_\w+)', cpp)}
     assert set(steps) == in_cpp == in_onnx - {None}
     assert len(steps) == len(in_cpp)
+
+
+def _ge_attr(attr, value):
+    """A node attribute as the plugin's C++ holds it (ParseParams reads floats as float)."""
+    if attr.type == "float":
+        return np.float32(value)
+    if attr.type == "list(float)":
+        return np.asarray(value, np.float32)
+    return [int(v) for v in value] if attr.is_list else int(value)
+
+
+def _same_form(a, b) -> bool:
+    (ka, ia, pa), (kb, ib, pb) = a, b
+    if ka != kb or ia != ib or sorted(pa) != sorted(pb):
+        return False
+    for k in pa:
+        x, y = pa[k], pb[k]
+        if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
+            if not (np.asarray(x).dtype == np.asarray(y).dtype and np.shape(x) == np.shape(y)
+                    and np.array_equal(x, y)):
+                return False
+        elif x != y or type(x) is not type(y):
+            return False
+    return True
+
+
+@pytest.mark.parametrize("name,case", CASE_IDS)
+def test_cpp_and_onnx_renderings_agree_step_by_step(name, case):
+    """Each step of the plugin's ParseOpToGraphFn (read back from the generated C++, its
+    constants evaluated for this node's attributes) against the same step of the ONNX
+    expansion: kind and GE operator, inputs (which step, which output, which port), the
+    attributes in GE's spelling and order (Conv's pads, LeakyRelu's slope, Cast's dtype,
+    ...), and every constant's values, shape and dtype; and the graph's outputs."""
+    shapes, attrs = CASES[name][case]
+    spec = ops.get(name)
+    model = expand_builtin(one_op_model(name, shapes, attrs, 17))
+    resolved = spec.resolve_onnx(attrs)
+    env = {f"attr_{a.name}": _ge_attr(a, resolved[a.name]) for a in spec.onnx_attrs}
+    steps, cpp_out = cpp_steps(package_files()[plugin_file(spec)], spec.name, env)
+    onnx, onnx_out = onnx_steps(model, f"{name}_node", len(spec.inputs))
+    assert sorted(steps) == sorted(onnx) == sorted(s for s, _ in decomposition(name).step_ids())
+    for sid, step in steps.items():
+        got = cpp_form(step)
+        assert _same_form(got, onnx[sid]), f"{name} {sid}: C++ {got} != ONNX {onnx[sid]}"
+    assert cpp_out == onnx_out
 
 
 def test_legacy_round_trip_runs_on_plain_ort_when_expanded(rng, close):
