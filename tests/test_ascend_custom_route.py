@@ -89,17 +89,21 @@ def _cases(spec, count=250):
     return out
 
 
-@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
-def test_infer_shape_twin_matches_the_spec(spec):
+def _twin_says_what_the_spec_says(spec, cases):
+    """The table against the spec's shape function on `cases`, both sides reached."""
     table = tables.shape_table(spec)
-    cases = _cases(spec)
     results = [tables.spec_result(spec, s, a) for s, a in cases]
     refused = sum(1 for r in results if r[0] == "error")
     accepted = len(results) - refused
-    assert refused >= 100 and accepted >= 100, (accepted, refused)  # both sides reached
+    assert refused >= 100 and accepted >= 100, (accepted, refused)
     for (shapes, attrs), want in zip(cases, results):
         got = tables.table_result(spec, table, shapes, attrs)
         assert got == want, f"{spec.name} {[dims(s) for s in shapes]} {attrs}"
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+def test_infer_shape_twin_matches_the_spec(spec):
+    _twin_says_what_the_spec_says(spec, _cases(spec))
 
 
 # -- a team's table, on shapes it was not fitted on --------------------------------------
@@ -147,15 +151,9 @@ def _held_out_cases(spec, count=400):
 
 @pytest.mark.parametrize("spec", TEAM_SPECS, ids=lambda s: s.name)
 def test_team_table_holds_on_shapes_it_was_not_fitted_on(spec):
-    table = tables.shape_table(spec)
     cases = _held_out_cases(spec)
-    results = [tables.spec_result(spec, s, a) for s, a in cases]
-    refused = sum(1 for r in results if r[0] == "error")
-    assert refused >= 100 and len(results) - refused >= 100, (len(results), refused)
     assert sum(1 for s, _ in cases if s[0] is not None and len(s[0]) > 4) >= 50  # ranks the fit never saw
-    for (shapes, attrs), want in zip(cases, results):
-        got = tables.table_result(spec, table, shapes, attrs)
-        assert got == want, f"{spec.name} {[dims(s) for s in shapes]} {attrs}"
+    _twin_says_what_the_spec_says(spec, cases)
 
 
 # (x, bias) -> the output's shape, or the argument the refusal names; both team ops
