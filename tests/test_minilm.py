@@ -55,8 +55,9 @@ class _Refuse(importlib.abc.MetaPathFinder):
 @contextlib.contextmanager
 def _without_torch():
     """Importing torch, sentence_transformers or transformers fails inside (a
-    proof only while none of them is imported yet: CI has none installed, and in
-    this file only the last, live test imports them). Nothing is put in
+    proof only while none of them is imported yet: CI installs torch and
+    tests/test_cuda.py imports it at collection, so the proof that holds is
+    test_bridge_never_imports_torch_in_a_fresh_process). Nothing is put in
     sys.modules: scipy and others probe it for "torch"."""
     finder = _Refuse()
     sys.meta_path.insert(0, finder)
@@ -110,6 +111,34 @@ def test_torch_guard_refuses():
         pytest.skip("torch, sentence_transformers and transformers are all imported already")
     with _without_torch(), pytest.raises(ImportError, match="must work without it|No module named"):
         importlib.import_module(fresh[0])
+
+
+# tokenize, build, fuse and run bridge's MiniLM, then list what of TORCH_SIDE got imported
+_NO_TORCH_RUN = """
+import sys
+import numpy as np
+from bridge import models
+from bridge.converters import fuse
+from bridge.models import minilm
+x = minilm.tokenize(["a short one", "", "caf\u00e9 et cr\u00e8me"], 12)
+m = models.build("minilm", 12)
+fused, report = fuse(m)
+assert report.fused("layer_norm") == 13, report
+assert np.all(np.isfinite(np.asarray(fused(x)))) and np.all(np.isfinite(np.asarray(m(x))))
+print("IMPORTED", sorted({k.partition(".")[0] for k in sys.modules} & set(%r)))
+"""
+
+
+@needs_weights
+def test_bridge_never_imports_torch_in_a_fresh_process():
+    """The proof that does not depend on this process: here torch may be imported
+    already (tests/test_cuda.py does at collection, and CI installs it), so the
+    guard above refuses nothing. A fresh interpreter runs MiniLM's whole path."""
+    import subprocess
+    done = subprocess.run([sys.executable, "-c", _NO_TORCH_RUN % (TORCH_SIDE,)], capture_output=True, text=True,
+                          timeout=600, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "IMPORTED []" in done.stdout.splitlines(), done.stdout[-2000:]
 
 
 @needs_weights
