@@ -38,6 +38,7 @@ from bridge import atomic
 from bridge.exporting import NOT_WRITTEN, Check, ExportError, ExportResult, OptionError, quiet
 from bridge.untrusted import UntrustedNameError, file_stems, inside, md_cell, md_code, shell_word, shown, write_npz
 
+from . import road_limits
 from .shared_steps import compare_outputs, float64_reference, model_to_export, tf_outputs
 
 DESCRIPTION = "Ascend GE/ATC: a static ONNX for ATC, the OPP plugin package, atc.sh and a README"
@@ -383,6 +384,13 @@ def export(source, output: str, *, mode=None, opset: Optional[int] = None, fuse:
         onnx_model = with_external_data(source)
     else:
         model = model_to_export(source, fuse, progress, summary, details)
+        if route == "builtin" and source.is_keras:  # the plugins' expansion is float32 only
+            try:
+                model, note = road_limits.float32_model(model, "ge")
+            except ValueError as e:
+                raise ExportError(str(e)) from None
+            if note:
+                summary.append(note)
         with progress.stage("converting"):
             # ATC's opsets (11..) are below the function bodies' 13: bare com.bridge nodes, no functions
             fn = source.function(model)

@@ -36,6 +36,7 @@ from bridge import ops as specs
 from bridge.exporting import NOT_WRITTEN, Check, ExportError, ExportResult, OptionError, Progress, quiet
 from bridge.litert.team_libraries import FLAG as LITERT_FLAG
 
+from . import road_limits
 from .shared_steps import compare_outputs, float64_reference, model_to_export, tf_outputs
 
 DESCRIPTION = "TFLite: builtins only (lowered: fused ops as their composites) or the fused ops as custom ops"
@@ -365,8 +366,23 @@ def export(source, output: str, *, mode: Optional[str] = None, quantize: Optiona
     model = model_to_export(source, fuse, progress, summary, details)
     if mode == "lowered" and getattr(source, "is_graph", False):
         model = lowered_graph(model)
+    if source.is_keras:
+        try:
+            model, note = road_limits.float32_model(model)
+        except ValueError as e:
+            raise TFLiteExportError(str(e)) from None
+        if note:
+            summary.append(note)
     with progress.stage("converting"):
-        data = convert_function(source.function(model), mode, quantize, verbose)
+        try:
+            data = convert_function(source.function(model), mode, quantize, verbose)
+        except TFLiteExportError as e:
+            if not road_limits.is_tensor_list_failure(e) or not any(
+                    d is None for i in source.inputs for d in i.shape):
+                raise
+            source = _at_sample(source)  # verified at these shapes too
+            data = convert_function(source.function(model), mode, quantize, verbose)
+            summary.append(road_limits.static_note({i.name: i.shape for i in source.inputs}))
     from bridge.tflite_inspect import inspect_tflite
     info = inspect_tflite(data)
     custom: Dict[str, List[dict]] = {}

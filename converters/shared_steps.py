@@ -54,28 +54,35 @@ def tf_outputs(fn: Callable, feeds: Mapping[str, np.ndarray], order: Sequence[st
 
 
 def compare_outputs(got: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray], atol: Optional[float] = None,
-                    bound: Optional[float] = None, float64: Optional[Callable[[], Mapping[str, np.ndarray]]] = None
-                    ) -> List[Check]:
+                    bound: Optional[float] = None, float64: Optional[Callable[[], Mapping[str, np.ndarray]]] = None,
+                    precision: Optional[Mapping[str, str]] = None) -> List[Check]:
     """Per output of `ref`: max |got - ref| under the parity rule
     (bridge.parity.compare): the dtype's default tolerance, or `bound` (atol and
     rtol) for float outputs when given (what quantisation may add); `atol`
     overrides either. A float output that fails is judged again against
     `float64()` (the model's float64 answer, asked for at most once; see
     float64_reference) under bridge parity's rule: ill-conditioned, and passing,
-    where the export is as close to it as TF float32 is."""
+    where the export is as close to it as TF float32 is. `precision`
+    ({output: dtype}, by default `float64.precision`): outputs the model computes
+    below float32 (mixed_float16), judged by that dtype's default bounds."""
     from bridge.parity.compare import Tolerance, compare, default_tolerance
+    precision = precision if precision is not None else getattr(float64, "precision", None) or {}
     checks = []
     for name, r in ref.items():
         r = np.asarray(r)
         if name not in got:
             checks.append(Check(name, float("nan"), 0.0, False, f"missing in the export (it has {sorted(got)})"))
             continue
-        tol = Tolerance(bound, bound) if bound is not None and r.dtype.kind == "f" else default_tolerance(r.dtype)
+        computed = precision.get(name, r.dtype) if r.dtype.kind == "f" else r.dtype
+        tol = Tolerance(bound, bound) if bound is not None and r.dtype.kind == "f" else default_tolerance(computed)
         tol = tol.with_overrides(atol=atol)
         c = compare(np.asarray(got[name]), r, tol)
         # `allowed` is the bound at the element furthest beyond its own (the bound is per element)
         note = c.note or ("" if c.passed else f"{c.failing} elements beyond their bound, worst at "
                           f"{list(c.worst_index)}: {c.excess:.3g}x its bound {c.allowed:.3g}")
+        if name in precision and r.dtype.kind == "f":
+            why = f"{precision[name]} bounds: the model computes it in {precision[name]}"
+            note = f"{why}; {note}" if note else why
         check = Check(name, float(c.max_abs_error), float(c.allowed), bool(c.passed), note)
         if not c.passed and not c.nonfinite and r.dtype.kind == "f" and float64 is not None:
             check = _against_float64(check, np.asarray(got[name]), r, tol, float64)
@@ -105,6 +112,7 @@ def float64_reference(source, feeds: Mapping[str, np.ndarray]) -> Optional[Calla
     if not source.is_keras:
         return None
     from bridge.parity.float64 import NoFloat64, no_verdict, twin_outputs
+    from bridge.parity.precision import output_precision
     memo: dict = {}
 
     def run():
@@ -116,4 +124,5 @@ def float64_reference(source, feeds: Mapping[str, np.ndarray]) -> Optional[Calla
         if isinstance(memo["out"], Exception):
             raise memo["out"]
         return memo["out"]
+    run.precision = output_precision(source.model, source.output_names)  # compare_outputs' default
     return run

@@ -48,6 +48,20 @@ def _elem_types(graph) -> Dict[str, int]:
     return types
 
 
+def _inferred_elem_types(model: ModelProto) -> Dict[str, int]:
+    """Element types of every tensor onnx's shape inference reaches (bridge's
+    schemas registered, so it types the com.bridge nodes too): a node fed by a
+    Cast has no value_info of its own in an exported graph. {} where inference
+    fails."""
+    try:
+        from onnx import shape_inference
+        from bridge.onnx_plugins import schemas
+        schemas.register_all()
+        return _elem_types(shape_inference.infer_shapes(model).graph)
+    except Exception:  # noqa: BLE001 - no inferred types: the declared ones decide
+        return {}
+
+
 def expand_builtin(model: ModelProto, opset: Optional[int] = None) -> ModelProto:
     """A copy of `model` with every custom node (com.bridge or legacy default-domain)
     replaced by its built-in-operator decomposition: standard ops only, in the
@@ -57,6 +71,7 @@ def expand_builtin(model: ModelProto, opset: Optional[int] = None) -> ModelProto
     opset = opset or opset_of(out) or 11
     graph = out.graph
     types = _elem_types(graph)
+    inferred: Optional[Dict[str, int]] = None
     new_nodes: List[NodeProto] = []
     used = set()
     for i, node in enumerate(graph.node):
@@ -65,6 +80,10 @@ def expand_builtin(model: ModelProto, opset: Optional[int] = None) -> ModelProto
             continue
         spec = ops.SPECS[node.op_type]
         first = types.get(node.input[0]) if node.input else None
+        if first in (None, 0) and node.input:  # undeclared (e.g. after a Cast): what inference gives
+            if inferred is None:
+                inferred = _inferred_elem_types(model)
+            first = inferred.get(node.input[0])
         if first not in (None, 0, TensorProto.FLOAT):
             raise ops.OpError(spec.name, spec.inputs[0].name,
                               f"node '{node.name}': the built-in (GE) expansion is float32 only, input "

@@ -28,11 +28,13 @@ def ge_opset() -> int:
     return DEFAULT_OPSET
 
 
-def _tf_function(source) -> Tuple[Any, list, list]:
+def _tf_function(source, float32: bool = False) -> Tuple[Any, list, list]:
     """(tf.function, input signature, output names) of what the ONNX runtimes run:
     the fused Keras model (source.fused_model, shared with tf-fused; the model
     itself when nothing can be fused), or a SavedModel's fused graph. Traced once
-    per run, whatever the opset."""
+    per run, whatever the opset. `float32`: a Keras model computing below float32
+    rebuilt in float32 (what `bridge export --to ge` converts for GE's float32-only
+    built-in expansion; bridge.converters.road_limits.float32_model)."""
     shapes = getattr(source, "input_shapes", None)
     if not shapes:
         raise RuntimeError("the run's input shapes must be set before exporting")
@@ -44,6 +46,9 @@ def _tf_function(source) -> Tuple[Any, list, list]:
                 model, _ = source.fused_model()
             except Unavailable:
                 model = source.keras_model()  # nothing fused: the plain export still checks the ONNX road
+            if float32:
+                from bridge.converters.road_limits import float32_model
+                model, _ = float32_model(model, "ge")
         else:
             try:
                 model, _ = source.fused_model()  # the graph rewritten onto the fused ops (graph_fuse)
@@ -51,7 +56,7 @@ def _tf_function(source) -> Tuple[Any, list, list]:
                 model = source.saved_model()
         ms = modelsource.from_object(model, input_shapes=dict(shapes))
         return ms.function(model if ms.is_keras else None), ms.signature(), list(ms.output_names)
-    return source.cached("tf-function", build)
+    return source.cached("tf-function" + ("-float32" if float32 else ""), build)
 
 
 def _converters():
@@ -102,7 +107,10 @@ def _convert_for_ge(source):
     says so."""
     from bridge.ascend.origins import EXPORT_OPSETS
     eo = _converters()
-    fn, signature, names = _tf_function(source)
+    # below float32 (mixed_float16): in float32, as the export writes it for the built-in route
+    low = bool(source.kind == "keras" and source.output_precision())
+    fn, signature, names = _tf_function(source, float32=low)
+    source.ge_float32 = low
     (model, external), opset, note = eo.at_lowest_opset(
         lambda o: _convert_raw(eo, fn, signature, o, names), [o for o in EXPORT_OPSETS if o >= ge_opset()])
     source.ge_opset_note = note

@@ -53,20 +53,35 @@ def _is_float_policy(v) -> bool:
             and isinstance(v.get("config"), dict) and v["config"].get("name") in FLOAT_POLICIES)
 
 
-def _float64_config(obj):
+def _float64_config(obj, to: str = "float64"):
     """A Keras config with every float dtype (policy: float32, float16,
-    bfloat16, mixed_float16, mixed_bfloat16) made float64."""
+    bfloat16, mixed_float16, mixed_bfloat16) made `to`."""
     if isinstance(obj, dict):
         out = {}
         for k, v in obj.items():
             if k == "dtype" and _is_float_policy(v):
-                out[k] = "float64"
+                out[k] = to
             else:
-                out[k] = _float64_config(v)
+                out[k] = _float64_config(v, to)
         return out
     if isinstance(obj, list):
-        return [_float64_config(v) for v in obj]
+        return [_float64_config(v, to) for v in obj]
     return obj
+
+
+def _rebuilt(model, config, dtype: str):
+    """`model.__class__` from `config` with the model's weights (floats as `dtype`)."""
+    try:
+        twin = model.__class__.from_config(config)
+    except Exception as e:  # noqa: BLE001 - a model that does not rebuild from its config
+        raise NoFloat64(f"the model does not rebuild from its config in {dtype} ({type(e).__name__}: "
+                        f"{str(e).splitlines()[0][:120] if str(e) else ''})") from None
+    weights = model.get_weights()
+    theirs = twin.get_weights()
+    if len(weights) != len(theirs) or any(np.shape(a) != np.shape(b) for a, b in zip(weights, theirs)):
+        raise NoFloat64(f"its {dtype} copy has other weights than the model")
+    twin.set_weights([np.asarray(w, dtype) if np.asarray(w).dtype.kind == "f" else w for w in weights])
+    return twin
 
 
 def keras_float64(model, dtype="float64"):
@@ -75,15 +90,10 @@ def keras_float64(model, dtype="float64"):
     the copy the same way at float32 (to check it is the model)."""
     try:
         config = model.get_config()
-        twin = model.__class__.from_config(_float64_config(config) if dtype == "float64" else config)
-    except Exception as e:  # noqa: BLE001 - a model that does not rebuild from its config
+    except Exception as e:  # noqa: BLE001 - a model without a config
         raise NoFloat64(f"the model does not rebuild from its config in float64 ({type(e).__name__}: "
                         f"{str(e).splitlines()[0][:120] if str(e) else ''})") from None
-    weights = model.get_weights()
-    theirs = twin.get_weights()
-    if len(weights) != len(theirs) or any(np.shape(a) != np.shape(b) for a, b in zip(weights, theirs)):
-        raise NoFloat64("its float64 copy has other weights than the model")
-    twin.set_weights([np.asarray(w, dtype) if np.asarray(w).dtype.kind == "f" else w for w in weights])
+    twin = _rebuilt(model, _float64_config(config) if dtype == "float64" else config, dtype)
     if dtype != "float64":
         return twin
     import keras
@@ -94,6 +104,13 @@ def keras_float64(model, dtype="float64"):
     if lower:
         raise NoFloat64(f"layer {lower[0]!r} does not compute in float64")
     return twin
+
+
+def keras_float32(model):
+    """The model with every layer computing in float32 (a mixed_float16 model's
+    float16 layers too), its weights copied: for a road with no float16 kernels
+    (TFLite). NoFloat64 (the message says why) when it does not rebuild."""
+    return _rebuilt(model, _float64_config(model.get_config(), "float32"), "float32")
 
 
 def no_verdict(e: BaseException) -> str:

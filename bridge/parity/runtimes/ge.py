@@ -16,6 +16,10 @@ from bridge.parity.onnx_base import OnnxRuntime
 from bridge.parity.runtime import canonical_names
 
 
+# a model computing below float32 (mixed_float16), as `bridge export --to ge` writes it for the built-in route
+FLOAT32_NOTE = "its float16 layers rebuilt in float32 (GE's built-in expansion is float32 only; ATC lowers precision)"
+
+
 class GE(OnnxRuntime):
     name = "ge"
     description = (f"GE-bound model.onnx (ATC opset {DEFAULT_OPSET}, static shapes, no functions) on onnxruntime, "
@@ -40,6 +44,8 @@ class GE(OnnxRuntime):
         note = getattr(source, "ge_opset_note", "")
         if note:
             self.description = self.description.replace(f"ATC opset {DEFAULT_OPSET}", f"ATC {note}")
+        if getattr(source, "ge_float32", False):
+            self.description += f"; {FLOAT32_NOTE}"
         return model
 
     def output_layout(self, source):

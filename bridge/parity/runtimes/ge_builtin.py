@@ -23,7 +23,11 @@ class GEBuiltin(OnnxRuntime):
                 return expand_builtin(source.onnx_ge())
             except OpError as e:  # e.g. a float16 model: the expansion is float32 only
                 raise Unavailable(str(e)) from None
-        return source.cached(self.model_key, build, "expanding onto GE built-in operators")
+        model = source.cached(self.model_key, build, "expanding onto GE built-in operators")
+        if getattr(source, "ge_float32", False):
+            from bridge.parity.runtimes.ge import FLOAT32_NOTE
+            self.description = f"{GEBuiltin.description}; {FLOAT32_NOTE}"
+        return model
 
 
 RUNTIME = GEBuiltin
