@@ -177,16 +177,18 @@ def _parity_with(cancelling, got, name="board"):
                       load_outputs=[(name, str(npz))])
 
 
-def test_parity_decides_an_ill_conditioned_model_by_float64(cancelling):
+def test_parity_judges_an_ill_conditioned_model_by_float64(cancelling):
     from bridge.parity.report import verdict
     f64, tf32 = cancelling["f64"], cancelling["tf32"]
     assert not compare(tf32, f64, TOL).passed          # the premise: TF float32 itself is off
     report = _parity_with(cancelling, 2 * f64 - tf32)  # as far from float64 as TF float32, on the other side
     board = next(r for r in report.runtimes if r.name == "board")
     c = board.outputs["diff"]
-    assert c.status == ILL_CONDITIONED and c.passed and report.passed, c.note
-    assert report.to_json()["ill_conditioned"] == ["board"]
-    assert verdict(report).startswith("ILL-CONDITIONED: board")
+    # judged against float64: within 3x TF float32's own error there, a PASS with the rule in its note
+    assert c.status == "pass" and c.passed and report.passed, c.note
+    assert c.note.startswith("as close to float64 as TF float32 itself, within 3x") and c.past_bound > 0, c.note
+    assert report.to_json()["ill_conditioned"] == []
+    assert verdict(report).startswith("PASS: 1 runtime agrees")
     judge = next(r for r in report.runtimes if r.name == "tf-float64")  # TF float32's own error, against numpy's
     assert judge.outputs["diff"].max_abs_error == pytest.approx(np.abs(tf32 - f64).max(), rel=1e-3)
 

@@ -16,7 +16,9 @@ from bridge.parity import float64 as float64_mod
 from bridge.parity.conditioning import ILL_CONDITIONED
 from bridge.parity import inputs as inputs_mod
 from bridge.parity import loaded as loaded_mod
+from bridge.parity import truth as truth_mod
 from bridge.parity.inputs import InputError
+from bridge.parity.onnx_base import fused_blocks
 from bridge.parity.onnx_graph import Candidates, best
 from bridge.parity.runtime import Runtime, Unavailable
 from bridge.parity.runtimes import discover
@@ -31,9 +33,11 @@ class LayerCheck:
     comparison: cmp.Comparison
     tensor: str = ""            # where the runtime had it (ONNX tensor), if not the same name
     node: str = ""              # the ONNX node that produced it
+    covers: List[str] = field(default_factory=list)  # the source layers of a fused layer standing for this one
 
     def to_json(self) -> dict:
-        return {"layer": self.name, "tensor": self.tensor, "node": self.node, **self.comparison.to_json()}
+        return {"layer": self.name, "tensor": self.tensor, "node": self.node, "covers": list(self.covers),
+                **self.comparison.to_json()}
 
 
 @dataclass
@@ -197,7 +201,8 @@ def _run(source, adapters, broken, wanted, batch, seed, atol, rtol, per_layer, g
     reference_layers: Dict[str, np.ndarray] = {}
     order = [ref_name] + [n for n in names if n != ref_name] if ref_name in names else names
     problem = ""
-    kept: Dict[str, Dict[str, np.ndarray]] = {}  # outputs of runtimes the float64 run decides (float64.rejudge)
+    truth: Optional[truth_mod.Truth] = None   # the float64 run every runtime is judged against
+    no_truth = ""                            # why there is none
     rt: Optional[Runtime] = None
     for name in order:
         rt = None  # the previous runtime's sessions and interpreters go before the next one starts
@@ -269,28 +274,42 @@ def _run(source, adapters, broken, wanted, batch, seed, atol, rtol, per_layer, g
             if nan:  # the others are still run and compared: their rows say who else has it
                 res.status, res.reason = "error", nan
                 problem = f"the reference {name} failed: {nan}, so nothing can be judged against it"
+                continue
+            try:
+                truth = truth_mod.establish(source, arrays, reference_out, reference_layers, list(reference_layers), log)
+            except Exception as e:  # noqa: BLE001 - judged against the reference instead, saying why
+                no_truth = float64_mod.no_verdict(e)
+            else:  # TF float32's layers are measured; from here on the float64 ones are the reference
+                reference_layers = truth.layers
             continue
         own = _own_tolerance(getattr(rt, "tolerance", None))
-        res.outputs = _compare_outputs(outputs, reference_out, atol, rtol, res, own,
+        res.outputs = _compare_outputs(outputs, reference_out, atol, rtol, res, own, truth,
                                        precision=source.output_precision())
-        if float64_mod.doubtful(res.outputs):
-            kept[name] = outputs
         if per_layer and reference_layers:
-            res.layers = _compare_layers(layers, reference_layers, atol, rtol, own)
+            res.layers = _compare_layers(layers, reference_layers, atol, rtol, own, truth)
 
     if reference_out is not None:
         for name, path in loaded:
             order, aliases, how = _loaded_layout(adapters.get(name), source)
             res = RuntimeResult(name, f"outputs loaded from {path}{how}", "loaded")
             got = loaded_mod.load_outputs(path, reference_out, f"--load-outputs {name}", order=order, aliases=aliases)
-            res.outputs = _compare_outputs(got, reference_out, atol, rtol, res,
+            res.outputs = _compare_outputs(got, reference_out, atol, rtol, res, truth=truth,
                                            precision=source.output_precision())
             results.append(res)
-            if float64_mod.doubtful(res.outputs):
-                kept[name] = got
-        if kept and not problem:
-            rt = None
-            float64_mod.rejudge(source, arrays, reference_out, kept, results, RuntimeResult, log)
+        if truth is not None:  # its row: TF float32's own distance from float64, per output and per layer
+            row = RuntimeResult(truth_mod.NAME, truth_mod.DESCRIPTION, "reference", run_s=truth.seconds)
+            row.outputs = dict(truth.tf_outputs)
+            if per_layer and truth.tf_layers:
+                row.layers = LayerSummary(compared=len(truth.tf_layers),
+                                          checks=[LayerCheck(n, c) for n, c in truth.tf_layers.items()])
+            results.append(row)
+        elif no_truth and not problem:
+            truth_mod.no_verdict_notes([r for r in results if r.status != "reference"], no_truth)
+    if per_layer and source.kind == "keras" and any(r.layers and r.layers.checks for r in results):
+        blocks = fused_blocks(source)
+        for r in results:
+            for check in (r.layers.checks if r.layers and r.name not in ("tf", truth_mod.NAME) else ()):
+                check.covers = list(blocks.get(check.name, ()))
     elif not problem:
         problem = f"no reference runtime for a {source.kind} MODEL"
     if not problem and not any(r.compared for r in results):
@@ -349,6 +368,7 @@ def _describe(e: BaseException) -> str:
 
 
 def _compare_outputs(outputs, reference, atol, rtol, res: RuntimeResult, own=None,
+                     truth: Optional[truth_mod.Truth] = None,
                      precision: Optional[Mapping[str, Tuple[str, str]]] = None) -> Dict[str, cmp.Comparison]:
     """`precision`: {output: (dtype, why)}: outputs computed below float32 (a
     mixed_float16 model; bridge.parity.precision) get that dtype's bounds, and say so."""
@@ -359,21 +379,26 @@ def _compare_outputs(outputs, reference, atol, rtol, res: RuntimeResult, own=Non
         if name not in outputs:
             out[name] = cmp.mismatch(f"{res.name} has no output {name!r}", None, ref, tol)
             continue
-        c = cmp.compare(outputs[name], ref, tol)
+        c = truth.output(name, outputs[name], tol, detail=True) if truth else cmp.compare(outputs[name], ref, tol)
         out[name] = dataclasses.replace(c, note=f"{why}; {c.note}" if c.note else why) if why else c
     return out
 
 
-def _compare_layers(layers, reference, atol, rtol, own=None) -> LayerSummary:
+def _compare_layers(layers, reference, atol, rtol, own=None, truth: Optional[truth_mod.Truth] = None) -> LayerSummary:
+    """`reference`: the float64 layers where `truth` is given (the TF ones otherwise)."""
     summary = LayerSummary()
     for name, ref in reference.items():  # topological order
         if name not in layers:
             continue
-        tol = cmp.resolve_tolerance("", ref.dtype, atol, rtol, own)
+        dtype = truth.dtypes.get(name, ref.dtype) if truth else ref.dtype
+        tol = cmp.resolve_tolerance("", dtype, atol, rtol, own)
         if np.dtype(ref.dtype).kind not in "fc":
             continue
         got = layers[name]
-        comparison, idx = best(got, ref, lambda g, r: cmp.compare(g, r, tol))
+        if truth:
+            comparison, idx = best(got, ref, lambda g, r: truth.layer(name, g, r, tol))
+        else:
+            comparison, idx = best(got, ref, lambda g, r: cmp.compare(g, r, tol))
         if comparison is None:
             summary.unmatched += 1
             continue
