@@ -97,7 +97,8 @@ def cpp_value(text: str, env: Dict[str, object]):
             return -ev(node.operand)
         if isinstance(node, ast.BinOp) and type(node.op) in (ast.Add, ast.Sub, ast.Mult, ast.Div):
             a, b = ev(node.left), ev(node.right)
-            return {ast.Add: np.add, ast.Sub: np.subtract, ast.Mult: np.multiply, ast.Div: np.divide}[type(node.op)](a, b)
+            ufunc = {ast.Add: np.add, ast.Sub: np.subtract, ast.Mult: np.multiply, ast.Div: np.divide}[type(node.op)]
+            return ufunc(a, b)
         if isinstance(node, ast.Subscript):
             return ev(node.value)[ev(node.slice)]
         raise ValueError(f"not a generated expression: {text!r}")

@@ -62,12 +62,11 @@ class CustomOpCreatorRegister {
 #define BRIDGE_DECLS_REG_JOIN_(a, b) a##b
 #define BRIDGE_DECLS_REG_JOIN(a, b) BRIDGE_DECLS_REG_JOIN_(a, b)
 #define REG_AUTO_MAPPING_OP(custom_op_class) BRIDGE_DECLS_REG_AUTO_MAPPING_OP(__COUNTER__, custom_op_class)
-#define BRIDGE_DECLS_REG_AUTO_MAPPING_OP(ctr, custom_op_class)                               \
-  static ge::BaseCustomOp *BRIDGE_DECLS_REG_JOIN(bridge_custom_op_creator_, ctr)() {         \
-    return new custom_op_class();                                                            \
-  }                                                                                          \
-  static const ge::CustomOpCreatorRegister BRIDGE_DECLS_REG_JOIN(bridge_custom_op_register_, \
-                                                                 ctr)(#custom_op_class,      \
-                                                                      BRIDGE_DECLS_REG_JOIN(bridge_custom_op_creator_, ctr))
+#define BRIDGE_DECLS_REG_AUTO_MAPPING_OP(ctr, custom_op_class)                       \
+  static ge::BaseCustomOp *BRIDGE_DECLS_REG_JOIN(bridge_custom_op_creator_, ctr)() { \
+    return new custom_op_class();                                                    \
+  }                                                                                  \
+  static const ge::CustomOpCreatorRegister BRIDGE_DECLS_REG_JOIN(bridge_custom_op_register_, ctr)( \
+      #custom_op_class, BRIDGE_DECLS_REG_JOIN(bridge_custom_op_creator_, ctr))
 
 #endif  // BRIDGE_CANN_DECLS_GRAPH_CUSTOM_OP_H_
