@@ -414,6 +414,17 @@ def _twin_line(spec, shapes, attrs) -> str:
     return value if kind == "error" else "ok " + ";".join(dims(s) for s in value)
 
 
+def _program_cases(spec):
+    """What the compiled C++ runs on: _cases, and for a team's op also shapes its table was
+    not fitted on and the hand-written ones (its C++ is compared with the twin, the twin
+    with the spec on those)."""
+    cases = _cases(spec, count=120)
+    if any(spec is t for t in TEAM_SPECS):
+        cases += [(s, _f32(a)) for s, a in _held_out_cases(spec, count=60)]
+        cases += [(s, _f32(a)) for s, _ in HAND_SHAPES + HAND_UNKNOWN_C[spec.name] for a in _held_out_attrs(spec)]
+    return cases
+
+
 FLOATS = [0.0, -0.0, 1.0, -13.0, 0.1, 1e-05, 1e-4, 0.00012345, 1e15, 1e16, 1.5e16, 123456789012345678.0,
           1.5e-7, 3.4028234663852886e38, 5e-324, 2.5, 1 / 3, 100000.0, 1e22, -2.75e-300, float(np.float32(0.1)),
           float("nan"), float("inf"), float("-inf")]
@@ -429,11 +440,7 @@ def host_program(tmp_path_factory):
     lines, expected = [], []
     for spec in SPECS:
         (root / f"{spec.module}_shape.h").write_text(shape_cpp.shape_header(spec))
-        cases = _cases(spec, count=120)
-        if any(spec is t for t in TEAM_SPECS):  # and on shapes the team's table was not fitted on
-            cases += [(s, _f32(a)) for s, a in _held_out_cases(spec, count=60)]
-            cases += [(s, a) for s, _ in HAND_SHAPES + HAND_UNKNOWN_C[spec.name] for a in _held_out_attrs(spec)]
-        for shapes, attrs in cases:
+        for shapes, attrs in _program_cases(spec):
             lines.append(_case_line(spec, shapes, attrs))
             expected.append(_twin_line(spec, shapes, attrs))
     for v in FLOATS:
@@ -656,7 +663,7 @@ def proto_program(tmp_path_factory):
         (root / f"op_proto/shape/{spec.module}_shape.h").write_text(opp.op_proto_shape_header(spec))
         (root / f"op_proto/{spec.module}.cc").write_text(opp.op_proto_source(spec))
         sources.append(str(root / f"op_proto/{spec.module}.cc"))
-        cases = _cases(spec, count=120)
+        cases = _program_cases(spec)
         for shapes, attrs in cases:
             lines.append(_case_line(spec, shapes, attrs))
             kind, value = tables.table_result(spec, shape_table(spec), shapes, attrs)
