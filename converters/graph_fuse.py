@@ -76,11 +76,9 @@ def fuse_graph(model, inputs: Optional[Sequence[str]] = None, outputs: Optional[
         report.add_block(pattern.key, region.end.name, [n.name for n in region.nodes])
         for folded in (pattern.folds(region) if pattern.folds else ()):
             report.fold(folded)
-    kept: List = []
-    for key, region, why in misses:
-        if region.names & taken or any(k == key and region.names < r.names for k, r, _ in misses):
-            continue
-        kept.append((key, region, why))
+    apart = [m for m in misses if not m[1].names & taken]
+    kept: List = [(key, region, why) for key, region, why in apart
+                  if not any(k == key and region.names < r.names for k, r, _ in apart)]
     for key, region, why in reversed(kept):  # in graph order
         shown = [region.nodes[0].name, region.end.name] if len(region.nodes) > 1 else [region.end.name]
         report.skip(key, shown, why)

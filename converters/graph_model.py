@@ -218,6 +218,12 @@ def _stem(path) -> str:
 
 
 # -- lowering ------------------------------------------------------------------------
+def _calling(composite, attrs):
+    def call(*xs):
+        return composite(*xs, **attrs)
+    return call
+
+
 def _lowered(graph_def):
     """graph_def with each spec'd op node a PartitionedCall of the op's composite."""
     import tensorflow as tf
@@ -247,8 +253,7 @@ def _lowered(graph_def):
         key = (spec.name, repr(sorted(attrs.items())), dtype, repr(shapes))
         if key not in made:
             specs = [tf.TensorSpec(s, tf.as_dtype(dtype)) for s in shapes]
-            cf = tf.function(lambda *xs, _c=composite, _a=attrs: _c(*xs, **_a), autograph=False
-                             ).get_concrete_function(*specs)
+            cf = tf.function(_calling(composite, attrs), autograph=False).get_concrete_function(*specs)
             for f in list(cf.graph.as_graph_def().library.function) + [cf.function_def]:
                 if f.signature.name not in have:
                     out.library.function.add().CopyFrom(f)
