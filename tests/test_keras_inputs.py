@@ -126,39 +126,76 @@ def test_normalization_constants_become_initializers(rng):
 
 
 # -- a SavedModel with two inputs and the fused ops ----------------------------------------------
+X_SHAPE, SEQ_SHAPE = (1, 15, 13, 3), (3, 5, 16)   # odd sizes: SAME at stride 2 pads unevenly
+CBL = dict(strides=(1, 2, 2, 1), padding="SAME", epsilon=1e-3, alpha=0.2)
+DECODE = dict(anchors=[10.0, 13.0, 16.0, 30.0, 33.0, 23.0], num_classes=2, stride=16, scale_x_y=1.05)
+LN = dict(epsilon=1e-5)
+
+
 class _TwoInputs(tf.Module):
+    """Every parameter random and non-zero, each BatchNorm argument distinct
+    (zeros and ones hide a swapped argument)."""
+
     def __init__(self):
         super().__init__()
         r = np.random.default_rng(0)
         self.w = tf.Variable(r.normal(0, 0.2, (3, 3, 3, 8)).astype("float32"))
-        self.zero, self.one = tf.Variable(np.zeros(8, "float32")), tf.Variable(np.ones(8, "float32"))
+        self.bn = [tf.Variable(v.astype("float32")) for v in (
+            r.normal(0, 0.3, 8),          # conv bias
+            r.uniform(0.5, 1.5, 8),       # gamma
+            r.normal(0, 0.3, 8),          # beta
+            r.normal(0, 0.3, 8),          # moving mean
+            r.uniform(0.5, 2.0, 8))]      # moving variance
         self.proj = tf.Variable(r.normal(0, 0.3, (8, 3 * 7)).astype("float32"))
         self.gamma = tf.Variable(r.normal(1, 0.1, 16).astype("float32"))
         self.beta = tf.Variable(r.normal(0, 0.1, 16).astype("float32"))
 
-    @tf.function(input_signature=[tf.TensorSpec([1, 16, 16, 3], tf.float32, name="x"),
-                                  tf.TensorSpec([1, 5, 16], tf.float32, name="seq")])
+    @tf.function(input_signature=[tf.TensorSpec(X_SHAPE, tf.float32, name="x"),
+                                  tf.TensorSpec(SEQ_SHAPE, tf.float32, name="seq")])
     def __call__(self, x, seq):
         from bridge import tf_ops
-        y = tf_ops.yolo_conv_bn_leaky(x, self.w, self.zero, self.one, self.zero, self.zero, self.one,
-                                      strides=(1, 2, 2, 1))
+        y = tf_ops.yolo_conv_bn_leaky(x, self.w, *self.bn, **CBL)
         y = tf.einsum("nhwc,cd->nhwd", y, self.proj)
-        boxes, objectness, classes = tf_ops.yolo_decode(y, anchors=[10, 13, 16, 30, 33, 23], num_classes=2,
-                                                        stride=16)
+        boxes, objectness, classes = tf_ops.yolo_decode(y, **DECODE)
         return {"boxes": boxes, "objectness": objectness, "classes": classes,
-                "norm": tf_ops.fused_layer_norm(seq, self.gamma, self.beta)}
+                "norm": tf_ops.fused_layer_norm(seq, self.gamma, self.beta, **LN)}
+
+    def reference(self, x, seq) -> dict:
+        """The same graph in numpy float64, each fused op by its bridge.ops reference."""
+        from bridge import ops
+        f64 = lambda v: np.asarray(v, np.float64)  # noqa: E731
+        y = ops.get("YoloConvBnLeaky").reference(x, f64(self.w), *map(f64, self.bn), **CBL)
+        boxes, objectness, classes = ops.get("YoloDecode").reference(y @ f64(self.proj), **DECODE)
+        norm = ops.get("FusedLayerNorm").reference(seq, f64(self.gamma), f64(self.beta), **LN)
+        return {"boxes": boxes, "objectness": objectness, "classes": classes, "norm": norm}
 
 
-def test_two_input_savedmodel_with_the_fused_ops(tmp_path):
+def test_two_input_savedmodel_with_the_fused_ops(tmp_path, rng):
+    """The export's own check compares with TensorFlow running bridge's TF kernels,
+    which share bridge/kernels/*.h with the onnxruntime kernels (a bug there
+    cancels out): the numbers are judged against bridge.ops' float64 references,
+    on the native kernels and on the function bodies."""
+    from conftest import rule_excess
+    from bridge import onnx_plugins
     from bridge.exporting import quiet
     module = _TwoInputs()
     tf.saved_model.save(module, str(tmp_path / "sm"), signatures=module.__call__)
     src = modelsource.resolve(str(tmp_path / "sm"))
     assert [i.name for i in src.inputs] == ["seq", "x"]
-    result = export_onnx.export(src, str(tmp_path / "sm.onnx"), mode="custom", progress=quiet())
+    path = str(tmp_path / "sm.onnx")
+    result = export_onnx.export(src, path, mode="custom", progress=quiet())
     assert result.ok and sorted(c.output for c in result.checks) == ["boxes", "classes", "norm", "objectness"]
     assert result.details["custom_nodes"] == {"com.bridge::FusedLayerNorm": 1, "com.bridge::YoloConvBnLeaky": 1,
                                               "com.bridge::YoloDecode": 1}
+    feeds = {"x": rng.standard_normal(X_SHAPE).astype("float32"),
+             "seq": (rng.standard_normal(SEQ_SHAPE) * 2 + 0.5).astype("float32")}
+    want = module.reference(feeds["x"], feeds["seq"])
+    assert all(np.abs(v).max() > 0.1 for v in want.values())
+    for kernels in ("all", "none"):
+        sess = onnx_plugins.session(path, kernels=kernels)
+        got = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+        for name, ref in want.items():
+            assert rule_excess(got[name], ref, atol=1e-4) <= 1, (kernels, name, np.abs(got[name] - ref).max())
 
 
 @pytest.mark.parametrize("activation", ["swish", "silu", "hard_swish"])
