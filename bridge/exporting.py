@@ -59,6 +59,9 @@ class ExportResult:
     # why `checks` is empty although verification was asked for (e.g. no runtime
     # here can run the file); bridge.export says "--no-verify" where it was off
     not_verified: str = ""
+    # why nothing was written (the verification failed: a file that fails its check
+    # is not left where a deployment would pick it up); the render's last line says it
+    not_written: str = ""
 
     @property
     def ok(self) -> bool:
@@ -114,7 +117,8 @@ class ExportResult:
         return {"output": self.output, "format": self.format, "files": self.files, "ok": self.ok,
                 "checks": [dict(vars(c)) for c in self.checks],
                 "not_verified": None if self.checks else (self.not_verified or "the exporter ran no checks"),
-                "seconds": self.seconds, "details": self.details}
+                "seconds": self.seconds, "details": self.details, "written": not self.not_written,
+                "not_written": self.not_written or None}
 
     def render(self, colour: Optional[bool] = None) -> str:
         """What `bridge export` prints: the summary lines and the verification table."""
@@ -131,6 +135,8 @@ class ExportResult:
         for c in self.checks:
             if c.status != "pass" and c.note:  # why it failed, or passes although beyond the tolerance
                 lines.append(f"  {c.output}: {c.note}")
+        if self.not_written:
+            lines.append(f"{self.output}: not written: {self.not_written}")
         return "\n".join(lines)
 
     def table(self, colour: Optional[bool] = None) -> str:
@@ -138,6 +144,9 @@ class ExportResult:
 
     def __str__(self) -> str:
         return self.render(colour=False)
+
+
+NOT_WRITTEN = "the verification failed (a file that fails its check is not written; --no-verify writes it unchecked)"
 
 
 class Progress:

@@ -16,6 +16,10 @@ and the same inputs (bridge.parity.source, bridge.parity.inputs). `--input-shape
 items are `NAME:D,D,...` with the FULL shape, batch included; `?` keeps a dim
 dynamic; a single item without NAME applies to the only input. `--batch N` fixes
 dim 0 of every input; without it the batch stays dynamic unless a shape fixes it.
+A dim left open is kept open (exports keep it dynamic); one run of the model
+(an export's verification, parity) puts `ResolvedModel.sample` in it: batch 1,
+a sequence as long as the model's own bound or 16, an image side of 32
+(`SampleDims`; `sample_note()` is the progress line that says so).
 
 Bad arguments raise `ModelSourceError` (a ValueError; the CLI exits 2). Nothing
 here imports TensorFlow until a TF model is resolved, so `.onnx` sources work on
@@ -53,18 +57,44 @@ class TensorInfo:
         d = {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
         return d if self.high is None else dict(d, high=self.high)
 
-    def concrete(self, batch: int) -> Tuple[int, ...]:
-        """The shape for one run: a dynamic batch becomes `batch`; any other
-        dynamic dim is an error naming the --input-shape that fixes it."""
-        shape = list(self.shape)
-        if shape and shape[0] is None:
-            shape[0] = batch
-        if any(d is None for d in shape):
-            raise ModelSourceError(f"input {self.name} has unknown dims {_dims(self.shape)}: give them with "
-                                   f"--input-shape {self.name}:" + ",".join("D" if d is None else str(d) for d in shape))
-        return tuple(int(d) for d in shape)
+    def concrete(self, batch: int, sample: "SampleDims" = None) -> Tuple[int, ...]:
+        """The shape for one run: a dynamic batch becomes `batch`, any other
+        dynamic dim the sample's (`SampleDims`: an image's side and channels, a
+        sequence's length); the model keeps them dynamic, this is one run's."""
+        return tuple(int(d) for d in (sample or SampleDims()).fill(self.shape, batch))
 
 
+# A dim the model leaves open is no error: exports keep it open, and a run (the
+# export's verification, parity) takes one sample of it. --input-shape overrides.
+SAMPLE_LENGTH = 16        # a sequence length, where the model's config bounds none
+MAX_SAMPLE_LENGTH = 128   # a config's longer max_sequence_length is sampled at this (a cheap run)
+SAMPLE_SIDE = 32          # an image side (the smallest keras.applications' convolution stacks take)
+SAMPLE_CHANNELS = 3
+
+
+@dataclass(frozen=True)
+class SampleDims:
+    """What one run puts in the dims a model leaves open; `origin` says where
+    the length comes from (for the progress line)."""
+    length: int = SAMPLE_LENGTH
+    side: int = SAMPLE_SIDE
+    origin: str = f"bridge's default length {SAMPLE_LENGTH}"
+
+    def fill(self, shape: Dims, batch: int) -> List[int]:
+        """`shape` with its open dims filled: dim 0 the batch; an image's
+        (rank 4: NHWC, or NCHW where dim 1 is a fixed channel count of at most 4
+        and dim 3 is open) spatial dims the side and its channels 3; any other
+        dim (sequences, features) the length."""
+        out = list(shape)
+        if out and out[0] is None:
+            out[0] = batch
+        if len(out) == 4:
+            nchw = shape[1] is not None and shape[1] <= 4 and shape[3] is None
+            spatial = (2, 3) if nchw else (1, 2)
+            for i in (1, 2, 3):
+                if out[i] is None:
+                    out[i] = self.side if i in spatial else SAMPLE_CHANNELS
+        return [self.length if d is None else d for d in out]
 def _dims(shape) -> str:
     return "[" + ",".join("?" if d is None else str(d) for d in shape) + "]"
 
@@ -189,6 +219,7 @@ class ResolvedModel:
     path: Optional[str] = None
     config: Dict[str, Any] = field(default_factory=dict)   # built-in build() arguments
     _signature_fn: Any = field(default=None, repr=False)   # SavedModel: the serving signature
+    sample: SampleDims = field(default_factory=SampleDims)  # a run's values of the dims the model leaves open
 
     @property
     def is_keras(self) -> bool:
@@ -242,8 +273,20 @@ class ResolvedModel:
         return self._signature_fn
 
     def concrete_shapes(self, batch: int = 1) -> Dict[str, Tuple[int, ...]]:
-        """Input shapes for one run (see TensorInfo.concrete)."""
-        return {i.name: i.concrete(batch) for i in self.inputs}
+        """Input shapes for one run (see TensorInfo.concrete): the model's open
+        dims at `self.sample`."""
+        return {i.name: i.concrete(batch, self.sample) for i in self.inputs}
+
+    def sample_note(self, batch: int = 1) -> str:
+        """The progress line of a run at sample dims: which inputs leave dims
+        other than the batch open, the shapes this run takes ('' when none)."""
+        open_ = [i for i in self.inputs if any(d is None for d in i.shape[1:])]
+        if not open_:
+            return ""
+        shapes = self.concrete_shapes(batch)
+        return (f"dims left open: {', '.join(f'{i.name}{_dims(i.shape)}' for i in open_)}; this run at "
+                f"{', '.join(f'{i.name}{_dims(shapes[i.name])}' for i in open_)} ({self.sample.origin}; "
+                f"--input-shape NAME:D,D,... fixes them)")
 
     def sample_inputs(self, batch: int = 1, seed: int = 0) -> Dict[str, np.ndarray]:
         """Seeded realistic inputs: a built-in model's own sampler when its shapes
@@ -332,7 +375,7 @@ def from_object(obj, input_shapes=None, batch: Optional[int] = None) -> Resolved
     elif hasattr(obj, "inputs") and hasattr(obj, "outputs") and callable(obj):
         inputs, outputs = _keras_infos(obj)
         src = ResolvedModel(arg=getattr(obj, "name", "model"), kind="keras", name=getattr(obj, "name", "model"),
-                            model=obj, inputs=inputs, output_names=outputs)
+                            model=obj, inputs=inputs, output_names=outputs, sample=keras_sample_dims(obj))
     elif "serving_default" in getattr(obj, "signatures", {}):
         src = _savedmodel_object(obj, getattr(obj, "name", "savedmodel"))
     else:
@@ -408,6 +451,24 @@ def _keras_infos(model) -> Tuple[List[TensorInfo], List[str]]:
     return inputs, outputs
 
 
+# where a Keras model (a keras_hub backbone, or a layer inside it) says how long its sequences may be
+LENGTH_ATTRIBUTES = ("max_sequence_length", "sequence_length", "max_position_embeddings")
+
+
+def keras_sample_dims(model) -> SampleDims:
+    """The sample of `model`'s open dims: a sequence as long as the model's
+    own bound (keras_hub backbones' max_sequence_length, a position
+    embedding's sequence_length; at most MAX_SAMPLE_LENGTH), else the defaults."""
+    for layer in [model] + list(_sublayers(model)):
+        for attr in LENGTH_ATTRIBUTES:
+            n = getattr(layer, attr, None)
+            if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+                length = min(n, MAX_SAMPLE_LENGTH)
+                why = f"{attr} {n}" + (f", at most {MAX_SAMPLE_LENGTH}" if n > MAX_SAMPLE_LENGTH else "")
+                return SampleDims(length=length, origin=f"length {length}: {getattr(layer, 'name', '')} {why}")
+    return SampleDims()
+
+
 def _embedding_sizes(model) -> Dict[int, int]:
     """id(input tensor) -> vocabulary size of the Embedding it feeds directly:
     an Embedding layer (or a subclass, e.g. keras_hub's ReversibleEmbedding), or
@@ -470,7 +531,7 @@ def _builtin(name, shapes, seed, config) -> ResolvedModel:
         raise ModelSourceError(f"cannot build {name} with {config}: {e}") from None
     inputs, outputs = _keras_infos(model)
     return ResolvedModel(arg=name, kind="builtin", name=name, model=model, inputs=inputs, output_names=outputs,
-                         config=dict(config, seed=seed))
+                         config=dict(config, seed=seed), sample=keras_sample_dims(model))
 
 
 def input_size_from(shapes) -> Optional[Union[int, Tuple[int, int]]]:
@@ -516,7 +577,7 @@ def _keras_file(path) -> ResolvedModel:
         raise ModelSourceError(f"cannot load the Keras file {path}: {type(e).__name__}: {e}") from None
     inputs, outputs = _keras_infos(model)
     return ResolvedModel(arg=path, kind="keras", name=_stem(path), model=model, inputs=inputs,
-                         output_names=outputs, path=path)
+                         output_names=outputs, path=path, sample=keras_sample_dims(model))
 
 
 def _savedmodel(path) -> ResolvedModel:

@@ -37,7 +37,12 @@ def fuse_model(model, progress: Progress, summary: List[str], details: dict, gra
 
 def model_to_export(source, fuse: bool, progress: Progress, summary: List[str], details: dict):
     """The source's model, fused when asked and possible (the rewriter takes
-    Keras models only; anything else is exported as saved, and `summary` says so)."""
+    Keras models only; anything else is exported as saved, and `summary` says so).
+    Dims the model leaves open stay open in the export; the progress line says
+    at which shape the verification runs (modelsource.ResolvedModel.sample_note)."""
+    note = source.sample_note() if hasattr(source, "sample_note") else ""
+    if note:
+        progress.note(note)
     if fuse and source.is_keras:
         return fuse_model(source.model, progress, summary, details)
     if fuse and getattr(source, "is_graph", False):

@@ -189,9 +189,17 @@ def test_generated_inputs_have_dtype_range_and_vocabulary():
     assert not np.array_equal(a["image"], c["image"])
 
 
-def test_unknown_dims_need_input_shape():
-    with pytest.raises(InputError, match=r"input tokens has unknown dims \[\?,\?\]: give them with --input-shape tokens:1,D"):
-        TensorInfo("tokens", (None, None), "int32").concrete(1)
+def test_unknown_dims_take_the_sample():
+    """A dim the model leaves open is filled for one run: batch, an image's side
+    and channels (NHWC, or NCHW with a fixed channel count), any other a length."""
+    from bridge.modelsource import SampleDims
+    assert TensorInfo("tokens", (None, None), "int32").concrete(1) == (1, 16)
+    assert TensorInfo("tokens", (None, None), "int32").concrete(3, SampleDims(length=7)) == (3, 7)
+    assert TensorInfo("image", (None, None, None, 3), "float32").concrete(1) == (1, 32, 32, 3)
+    assert TensorInfo("image", (None, None, None, None), "float32").concrete(2, SampleDims(side=5)) == (2, 5, 5, 3)
+    assert TensorInfo("image", (None, 3, None, None), "float32").concrete(1) == (1, 3, 32, 32)
+    assert TensorInfo("feats", (None, None, 8), "float32").concrete(1, SampleDims(length=9)) == (1, 9, 8)
+    assert TensorInfo("fixed", (2, 0, 5), "float32").concrete(1) == (2, 0, 5)  # given dims kept, empty too
 
 
 def test_save_load_roundtrip_is_bit_identical(tmp_path, rng):

@@ -189,6 +189,8 @@ def _run(source, adapters, broken, wanted, batch, seed, atol, rtol, per_layer, g
         arrays = inputs_mod.check(source.inputs, given_inputs, "--load-inputs")
     else:
         arrays = source.sample_inputs(batch, seed)
+        if source.resolved.sample_note(batch):
+            log(source.resolved.sample_note(batch))
     source.input_shapes = inputs_mod.shapes_of(arrays)
     source.per_layer = per_layer
     source.requested = set(wanted or ())   # named in --runtimes: opt-in and budgeted runtimes run

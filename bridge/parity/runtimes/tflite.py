@@ -29,30 +29,35 @@ def interpreter_class():
         raise Unavailable("no TFLite interpreter: pip install ai-edge-litert") from None
 
 
-def exported(source, mode: str = "lowered", quantize: str = "none") -> bytes:
+def exported(source, mode: str = "lowered", quantize: str = "none", static: bool = False) -> bytes:
     """The run's TFLite file for (mode, quantize), converted once. The trace and
-    the freezing (half of a conversion) are shared by every quantisation."""
+    the freezing (half of a conversion) are shared by every quantisation.
+    `static`: converted at the run's input shapes instead of the model's own
+    signature (for a runtime that cannot resize a model's open dims)."""
     from bridge.converters import export_tflite
+    at = ":static" if static else ""
 
     def frozen():
-        model, specs, names = _model_of(source)
+        model, specs, names = _model_of(source, static)
         try:
             return export_tflite.frozen_function(export_tflite.function(model, specs, names), mode)
         except export_tflite.TFLiteExportError as e:
             raise Unavailable(str(e)) from None
 
     def build():
-        cf = source.cached(f"tflite-frozen:{mode}", frozen, f"tracing and freezing for TFLite ({mode})")
+        cf = source.cached(f"tflite-frozen:{mode}{at}", frozen,
+                           f"tracing and freezing for TFLite ({mode}{', at the run shapes' if static else ''})")
         try:
             return export_tflite.convert_frozen(cf, mode, quantize)
         except export_tflite.TFLiteExportError as e:
             raise Unavailable(str(e)) from None
-    return source.cached(f"tflite:{mode}:{quantize}", build, f"converting to TFLite ({mode}, quantize {quantize})")
+    return source.cached(f"tflite:{mode}:{quantize}{at}", build, f"converting to TFLite ({mode}, quantize {quantize})")
 
 
-def _model_of(source):
+def _model_of(source, static: bool = False):
     """What to export: the fused Keras model (the unfused one while fusion is not
-    available), or a SavedModel's serving signature."""
+    available), or a SavedModel's serving signature; with the run's input
+    shapes when `static`."""
     if source.kind == "keras":
         try:
             model, _ = source.fused_model()
@@ -62,7 +67,20 @@ def _model_of(source):
         model = source.serving_signature()
     else:
         raise Unavailable(f"TFLite exports TensorFlow models, not {source.kind}")
-    return model, list(source.inputs), list(source.output_names)
+    if source.kind == "keras":  # TFLite's float kernels are float32: a mixed_float16 model rebuilt in float32
+        from bridge.converters.road_limits import float32_model
+        try:
+            model, _ = float32_model(model)
+        except ValueError as e:
+            raise Unavailable(str(e)) from None
+    specs = list(source.inputs)
+    if static:
+        from dataclasses import replace
+        specs = [replace(i, shape=tuple(source.input_shapes[i.name])) for i in specs]
+    return model, specs, list(source.output_names)
+
+
+FLOAT32_NOTE = "its float16 layers rebuilt in float32 (TFLite's float kernels are float32)"
 
 
 class TFLite(Runtime):
@@ -75,7 +93,16 @@ class TFLite(Runtime):
     def prepare(self, source):
         super().prepare(source)
         cls, self.origin = interpreter_class()
-        data = exported(source, "lowered", self.quantize)
+        from bridge.converters import road_limits
+        try:
+            data = exported(source, "lowered", self.quantize)
+        except Unavailable as e:  # a recurrent layer's tensor lists lower only at static shapes
+            if not road_limits.is_tensor_list_failure(e):
+                raise
+            data = exported(source, "lowered", self.quantize, static=True)
+            self.description = f"{self.description}; {road_limits.static_note(source.input_shapes)}"
+        if source.kind == "keras" and source.output_precision():
+            self.description = f"{self.description}; {FLOAT32_NOTE}"
         self.interpreter = cls(model_content=data)
         signatures = self.interpreter.get_signature_list()
         if not signatures:

@@ -3,7 +3,11 @@ nodes) on LiteRT's CompiledModel (CPU) with bridge's LiteRT kernels
 (bridge/litert): the only runtime here that checks that road numerically. On by
 default; Unavailable (with the reason) where the kernels do not build or pass
 their self-test. The export is shared with the other TFLite runtimes
-(`tflite.exported`). No per-layer mode: the CompiledModel exposes signature
+(`tflite.exported`), converted at the run's input shapes: bridge's LiteRT
+harness sizes output buffers from the CompiledModel's output layouts, which do
+not follow a resized input through shape-computing ops (a keras_hub BERT whose
+sequence length is left open: outputs at the file's length 1, and the run
+writes past them). No per-layer mode: the CompiledModel exposes signature
 outputs only."""
 from __future__ import annotations
 
@@ -29,7 +33,7 @@ class TFLiteCustom(Runtime):
             runtime.library()
         except native.BuildError as e:
             raise Unavailable(f"bridge's LiteRT kernels: {str(e).splitlines()[0]}") from None
-        data = exported(source, "custom", "none")
+        data = exported(source, "custom", "none", static=True)
         from bridge.tflite_inspect import inspect_tflite
         served = {op for op, why in runtime.served_ops().items() if why is None}
         unserved = sorted(set(inspect_tflite(data).custom_codes) - served)
