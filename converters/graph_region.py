@@ -368,7 +368,7 @@ OPS: Dict[str, Callable] = {
     "Reciprocal": lambda n, a: 1.0 / a, "Inv": lambda n, a: 1.0 / a, "Pow": lambda n, a, b: np.power(a, b),
     "Maximum": lambda n, a, b: np.maximum(a, b), "Minimum": lambda n, a, b: np.minimum(a, b),
     "Relu": lambda n, a: np.maximum(a, 0), "Exp": lambda n, a: np.exp(a), "Tanh": lambda n, a: np.tanh(a),
-    "Erf": lambda n, a: _erf(a), "Sigmoid": lambda n, a: 1.0 / (1.0 + np.exp(-a)),
+    "Erf": lambda n, a: _erf(a), "Erfc": lambda n, a: 1.0 - _erf(a), "Sigmoid": lambda n, a: 1.0 / (1.0 + np.exp(-a)),
     "LeakyRelu": lambda n, a: np.where(a > 0, a, n.attrs.get("alpha", 0.2) * a),
     "Mean": _reduce(np.mean), "Sum": _reduce(np.sum),
     "BiasAdd": _bias_add, "Conv2D": _conv2d,

@@ -186,3 +186,76 @@ def test_a_graph_that_is_not_a_model_is_refused_by_name(tmp_path):
         load(str(junk), outputs=["y:0"])
     with pytest.raises(GraphModelError, match="cannot read int as a TensorFlow graph"):
         load(3)
+
+
+TEAM_SCRIPT = """
+import json, math, sys, tempfile, os
+import numpy as np
+from bridge import ops
+ops.load_spec_file(sys.argv[1])
+from bridge import tf_ops
+tf_ops.load_op_library(sys.argv[2])
+import keras, tensorflow as tf
+from bridge.converters.graph_fuse import fuse_graph
+erf = np.vectorize(math.erf, otypes=[np.float64])
+gelu = lambda z: 0.5 * z * (1 + erf(z / math.sqrt(2)))
+tanh_gelu = lambda z: 0.5 * z * (1 + np.tanh(math.sqrt(2 / math.pi) * (z + 0.044715 * z ** 3)))
+out = {}
+# a team op's graph pattern: a Keras Dense(gelu) saved with model.export fuses onto it; the tanh GELU stays
+x = inp = keras.Input((None, 16), name="tokens")
+x = keras.layers.Dense(24, activation="gelu", name="exact")(x)
+x = keras.layers.Dense(12, activation=lambda z: keras.activations.gelu(z, approximate=True), name="tanh")(x)
+m = keras.Model(inp, keras.layers.Dense(4, name="out")(x))
+tmp = tempfile.mkdtemp()
+m.export(os.path.join(tmp, "mlp"), verbose=False)
+fused, report = fuse_graph(os.path.join(tmp, "mlp"))
+out["fused"] = report.fused("bias_gelu_graph")
+out["skipped"] = [s.reason for s in report.skipped("bias_gelu_graph")]
+out["counts"] = fused.op_counts().get("FusedBiasGelu", 0)
+W = {l.name: [w.numpy().astype(np.float64) for w in l.weights] for l in m.layers if l.weights}
+worst = 0.0
+for shape in [(1, 1, 16), (3, 5, 16)]:
+    t = np.random.default_rng(shape[1]).standard_normal(shape).astype("float32")
+    want = tanh_gelu(gelu(t @ W["exact"][0] + W["exact"][1]) @ W["tanh"][0] + W["tanh"][1]) @ W["out"][0] + W["out"][1]
+    (got,) = fused.function()(t).values()
+    worst = max(worst, float(np.max(np.abs(got.numpy() - want) / np.maximum(1, np.abs(want)))))
+out["worst_fused"] = worst
+# a SavedModel holding the team op, --to tflite lowered: its composite, TFLite builtins
+from bridge import modelsource
+from bridge.converters import export_tflite
+src = modelsource.resolve(sys.argv[3], input_shapes=["tokens:2,5,32"])
+res = export_tflite.export(src, os.path.join(tmp, "m.tflite"))
+out["custom_ops"] = res.details["custom_ops"]
+from ai_edge_litert.interpreter import Interpreter
+loaded = tf.saved_model.load(sys.argv[3])
+w1, b1, w2 = (v.numpy().astype(np.float64) for v in (loaded.w1, loaded.b1, loaded.w2))
+t = np.random.default_rng(3).standard_normal((2, 5, 32)).astype("float32")
+runner = Interpreter(model_path=os.path.join(tmp, "m.tflite")).get_signature_runner()
+got = runner(tokens=t)["features"]
+want = gelu(t @ w1 + b1) @ w2
+out["worst_tflite"] = float(np.max(np.abs(got - want) / np.maximum(1, np.abs(want))))
+print("RESULT", json.dumps(out))
+"""
+
+
+def test_a_team_op_declares_graph_patterns_and_lowers_from_a_savedmodel_to_tflite(tmp_path):
+    """Row 4 (in a process of its own: the team op stays out of this registry):
+    FusedBiasGelu's own graph pattern fuses a Keras Dense(gelu) SavedModel (the
+    tanh GELU is a near miss), and a SavedModel holding the op exports to TFLite
+    lowered (builtins: the op's composite from its body), both against numpy."""
+    import subprocess
+    import sys
+    from test_team_ops import EXAMPLE, SPEC_FILE
+    saved = tmp_path / "team"
+    done = subprocess.run([sys.executable, str(EXAMPLE / "make_model.py"), str(saved)], capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    done = subprocess.run([sys.executable, "-c", TEAM_SCRIPT, str(SPEC_FILE), str(EXAMPLE), str(saved)],
+                          capture_output=True, text=True, timeout=900, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    out = json.loads(next(l for l in done.stdout.splitlines() if l.startswith("RESULT"))[7:])
+    assert out["fused"] == 1 and out["counts"] == 1, out
+    assert len(out["skipped"]) == 1 and "computes something else than FusedBiasGelu" in out["skipped"][0], out
+    assert out["worst_fused"] <= 2e-4, out
+    assert out["custom_ops"] == {}, out
+    assert out["worst_tflite"] <= 2e-4, out

@@ -16,6 +16,7 @@ import numpy as np
 
 from bridge.ops import Arg, OpError, OpSpec, Tolerance
 from bridge.ops.fusion import Link, Pattern
+from bridge.ops.graph_fusion import GraphPattern
 from bridge.ops.spec import dims
 
 NAME = "FusedBiasGelu"
@@ -95,6 +96,31 @@ FUSION = (
 )
 
 
+# -- which TensorFlow subgraphs the op replaces (bridge.ops.graph_fusion) ---------
+# In a SavedModel or frozen graph: x + bias (BiasAdd or Add of a constant vector)
+# followed by the erf GELU as TensorFlow writes it (0.5 x erfc(-x/sqrt2)). The bias
+# is read from the graph; bridge then checks the whole subgraph against
+# `_reference` on random inputs: a tanh GELU is a near miss, and stays.
+
+def _graph_bias(region):
+    first = [n for n in region.nodes if any(region.is_x(i) for i in n.inputs)]
+    if len(first) != 1 or first[0].op not in ("BiasAdd", "AddV2", "Add"):
+        return "the subgraph does not start by adding a bias to its input"
+    bias = [region.constant(i) for i in first[0].inputs if not region.is_x(i)]
+    if len(bias) != 1 or bias[0] is None or bias[0].ndim != 1:
+        return f"{first[0]} does not add a constant vector"
+    return (bias[0],), {}
+
+
+GRAPH_FUSION = (
+    GraphPattern("bias_gelu_graph", "x + bias -> the exact (erf) GELU, as TensorFlow writes it",
+                 ends=("Mul",), ops=("BiasAdd", "AddV2", "Add", "Mul", "RealDiv", "Neg", "Erf", "Erfc", "Tanh", "Pow", "Identity"),
+                 start=("BiasAdd", "AddV2", "Add"),
+                 when=lambda region: any(n.op in ("Erf", "Erfc", "Tanh") for n in region.nodes),
+                 identify=_graph_bias),
+)
+
+
 SPEC = OpSpec(
     name=NAME,
     module="fused_bias_gelu",
@@ -112,4 +138,5 @@ SPEC = OpSpec(
     domain="com.example",
     body=_body,
     fusion=FUSION,
+    graph_fusion=GRAPH_FUSION,
 )
