@@ -185,6 +185,7 @@ def cpp_steps(source: str, op: str, env: Dict[str, object]) -> Tuple[Dict[str, d
         if m:
             step, args = steps[m.group(1)], _args(m.group(2))
             if args[1] in aux:  # a step's own constant on a port
+                assert int(cpp_value(args[2], env)) == 0, s
                 step["ports"][_str(args[0])] = ("aux", aux.pop(args[1]))
             elif args[2] in var_step:  # SetInput(port, index, source): a dynamic input, output 0
                 step["dynamic"].setdefault(_str(args[0]), {})[int(cpp_value(args[1], env))] = (var_step[args[2]], 0)
