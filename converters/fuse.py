@@ -24,7 +24,7 @@ intermediate tensor is used elsewhere (another consumer or a model output);
 each partial match that is not fused is listed in the report with the reason.
 
 A SavedModel is a graph, not Keras layers: it passes through unfused, and the
-report says so (graph-level rewriting is not implemented). A subclassed Keras
+report says so (graph_fuse.fuse_graph rewrites graphs). A subclassed Keras
 model has no graph to walk and passes through the same way.
 
 The fused model is for inference: the fused layers always use the BatchNorm
@@ -68,8 +68,8 @@ def _not_keras(model) -> str:
     what = "a SavedModel"
     if isinstance(model, (str, Path)) and not (Path(model) / "saved_model.pb").is_file():
         what = f"{str(model)!r}, not a Keras model or SavedModel directory,"
-    return (f"{what} is a TensorFlow graph, not Keras layers: graph-level rewriting is not supported; "
-            f"the model passes through unfused (fuse the Keras model before exporting it instead)")
+    return (f"{what} is a TensorFlow graph, not Keras layers: this rewriter passes it through unfused; "
+            f"bridge.converters.graph_fuse.fuse_graph (`bridge fuse MODEL -o DIR`) rewrites graphs")
 
 
 def _functional(model):

@@ -190,7 +190,7 @@ def test_user_savedmodel(tmp_path, capsys, saved_model, mode):
     out_file = tmp_path / "user.onnx"
     rc, out, err = _export(capsys, path, "--to", "onnx", "-o", str(out_file), "--mode", mode, "--opset", "17")
     assert rc == 0, err[-3000:]
-    assert "fusion rewrites Keras models only" in out
+    assert "fusion report for" in out  # the graph was read for patterns (the ops are already there)
     model = onnx.load(str(out_file))
     onnx.checker.check_model(model, full_check=True)
     assert {o.domain: o.version for o in model.opset_import}[""] == 17

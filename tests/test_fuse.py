@@ -349,7 +349,7 @@ def test_bert_keras_round_trip_and_savedmodel(tmp_path):
     np.testing.assert_allclose(np.asarray(sm([x["token_ids"], x["attention_mask"]])), ref, atol=1e-6, rtol=1e-6)
     same, report = fuse(sm)
     assert same is sm and report.total_fused == 0
-    assert "graph-level rewriting is not supported; the model passes through unfused" in report.notes[0]
+    assert "this rewriter passes it through unfused; bridge.converters.graph_fuse.fuse_graph" in report.notes[0]
 
 
 def test_fused_layers_reject_bad_attributes():
