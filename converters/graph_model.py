@@ -20,13 +20,15 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from bridge.errors import BridgeError
+
 from .graph_region import producer, ref
 
 Input = Tuple[str, str, Tuple, str]   # placeholder tensor, name, static shape (None dims), numpy dtype
 Output = Tuple[str, str]              # tensor, name
 
 
-class GraphModelError(ValueError):
+class GraphModelError(BridgeError, ValueError):
     """A graph that cannot be read as a model: the message says why."""
 
 

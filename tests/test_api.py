@@ -249,3 +249,25 @@ def test_a_build_error_inside_a_keras_call_comes_out_as_itself(tmp_path):
         bridge.export(model, to="onnx", output=tmp_path / "b.onnx")
     assert str(caught.value) == "the op library did not build: planted; run `bridge build --force`"
     assert caught.value.exit_code == 1
+
+
+def test_fuse_takes_a_graph_too():
+    """A tf.function's layer norm (moments, rsqrt) is matched at graph level; the
+    fused graph computes the numpy float64 layer norm."""
+    import tensorflow as tf
+    rng = np.random.default_rng(6)
+    gamma, beta = rng.uniform(0.5, 1.5, 7).astype("float32"), rng.uniform(-0.5, 0.5, 7).astype("float32")
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 3, 7], tf.float32, name="x")])
+    def layer_norm(x):
+        mean, var = tf.nn.moments(x, axes=[-1], keepdims=True)
+        return {"y": (x - mean) * tf.math.rsqrt(var + 1e-3) * gamma + beta}
+
+    fused, report = bridge.fuse(layer_norm)
+    assert report.fused("layer_norm") == 1, report
+    assert fused.op_counts().get("FusedLayerNorm") == 1
+    x = rng.uniform(-2, 2, (5, 3, 7)).astype("float32")
+    x64 = x.astype(np.float64)
+    ref = (x64 - x64.mean(-1, keepdims=True)) / np.sqrt(x64.var(-1, keepdims=True) + 1e-3) * gamma + beta
+    (got,) = fused.function()(tf.constant(x)).values()
+    assert rule_excess(np.asarray(got), ref, 1e-4) <= 1

@@ -57,13 +57,15 @@ def export(model: Any, to: str = "onnx", output: Optional[Union[str, "os.PathLik
            config: Optional[Mapping[str, Any]] = None, atol: Optional[float] = None, verify: bool = True,
            verbose: bool = False, progress: ProgressArg = False,
            op_spec: Sequence = (), op_library: Sequence = (), ort_library: Sequence = (),
-           litert_library: Optional[str] = None, **options: Any) -> ExportResult:
+           litert_library: Optional[str] = None, graph_inputs: Optional[Sequence[str]] = None,
+           graph_outputs: Optional[Sequence[str]] = None, **options: Any) -> ExportResult:
     """Exports `model` to `to` ("onnx", "tflite", "ge"), fused onto the custom ops
     and verified against TensorFlow, as `bridge export MODEL --to TO -o OUTPUT` does.
 
     `model`: a keras.Model, a tf.function / ConcreteFunction with an input
     signature (or a tf.Module whose __call__ is one), a loaded SavedModel, a
-    path (.keras, SavedModel folder) or a built-in name (`config` then holds its
+    path (.keras, SavedModel folder, frozen GraphDef .pb with its tensor names in
+    `graph_inputs`/`graph_outputs`) or a built-in name (`config` then holds its
     options, e.g. {"input_size": 96}). `output`: the file (folder for "ge");
     default: the model's name plus the target's suffix. `input_shapes`:
     ["image:1,96,96,3"] or {"image": (1, 96, 96, 3)} (None for a dynamic dim).
@@ -81,7 +83,8 @@ def export(model: Any, to: str = "onnx", output: Optional[Union[str, "os.PathLik
     from bridge.native import build_error_behind
     try:
         return _export(model, to, output, mode, opset, fuse, input_shapes, batch, seed, config, atol, verify,
-                       verbose, progress, op_spec, op_library, ort_library, litert_library, options)
+                       verbose, progress, op_spec, op_library, ort_library, litert_library,
+                       (graph_inputs, graph_outputs), options)
     except Exception as e:
         found = build_error_behind(e)
         if found is None or found is e:
@@ -90,7 +93,7 @@ def export(model: Any, to: str = "onnx", output: Optional[Union[str, "os.PathLik
 
 
 def _export(model, to, output, mode, opset, fuse, input_shapes, batch, seed, config, atol, verify, verbose,
-            progress, op_spec, op_library, ort_library, litert_library, options) -> ExportResult:
+            progress, op_spec, op_library, ort_library, litert_library, graph_names, options) -> ExportResult:
     from bridge.api.model import resolve
     lines = sink(progress)
     team_ops.load(op_spec, op_library, ort_library, litert_library)
@@ -105,10 +108,10 @@ def _export(model, to, output, mode, opset, fuse, input_shapes, batch, seed, con
     progress_ = Progress(enabled=lines is not None, sink=lines)
     label = os.fspath(model) if isinstance(model, (str, os.PathLike)) else getattr(model, "name", type(model).__name__)
     with progress_.stage(f"loading {label}"):
-        source = resolve(model, input_shapes=input_shapes, batch=batch, seed=seed, config=dict(config or {}))
-    note = getattr(source, "sample_note", None)  # the dims left open, and this run's values of them
-    if note is not None and note():
-        progress_.note(note())
+        source = resolve(model, input_shapes=input_shapes, batch=batch, seed=seed, config=dict(config or {}),
+                         graph_inputs=graph_names[0], graph_outputs=graph_names[1])
+    if source.sample_note():  # the dims left open, and this run's values of them
+        progress_.note(source.sample_note())
     output = os.fspath(output) if output is not None else source.name + getattr(mod, "SUFFIX", "")
     result = mod.export(source, output, mode=mode or (modes[0] if modes else None), opset=opset, fuse=fuse,
                         seed=seed, verbose=verbose, progress=progress_, atol=atol, verify=verify, **own)

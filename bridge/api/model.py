@@ -9,7 +9,7 @@ import atexit
 import os
 import shutil
 import tempfile
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 from bridge.modelsource import ModelSourceError, ResolvedModel
 
@@ -17,13 +17,15 @@ _folders: list = []  # SavedModels written for functions; removed at exit
 
 
 def resolve(model: Any, *, input_shapes=None, batch: Optional[int] = None, seed: int = 0,
-            config: Optional[Mapping[str, Any]] = None) -> ResolvedModel:
-    """`model` -> ResolvedModel, with input shapes and batch applied; raises
-    ModelSourceError with the CLI's message for anything it cannot use."""
+            config: Optional[Mapping[str, Any]] = None, graph_inputs: Optional[Sequence[str]] = None,
+            graph_outputs: Optional[Sequence[str]] = None) -> ResolvedModel:
+    """`model` -> ResolvedModel, with input shapes and batch applied (a frozen
+    GraphDef .pb takes its tensor names in `graph_inputs`/`graph_outputs`);
+    raises ModelSourceError with the CLI's message for anything it cannot use."""
     from bridge import modelsource
     if isinstance(model, (str, os.PathLike)):
         return modelsource.resolve(os.fspath(model), input_shapes=input_shapes, batch=batch, seed=seed,
-                                   config=config)
+                                   config=config, graph_inputs=graph_inputs, graph_outputs=graph_outputs)
     if config:
         raise ModelSourceError(f"--config applies to built-in models only, not to a {type(model).__name__}")
     return modelsource.from_object(live(model), input_shapes=input_shapes, batch=batch)
