@@ -61,6 +61,7 @@ class ZooModel:
     shapes: Callable[[int], Dict[str, tuple]]   # size -> {input name: full shape}
     min_size: int = 32
     quick: bool = False
+    saved: bool = False                  # taken as a SavedModel (model.export): fused at graph level
 
 
 APPLICATIONS = {  # name: smallest input size keras.applications accepts
@@ -276,7 +277,16 @@ def models() -> List[ZooModel]:
             ZooModel("yolov3", "built-in", lambda size: "yolov3", lambda size: {"": (1, 96, 96, 3)}, 96),
             ZooModel("bert", "built-in", lambda size: "bert", lambda size: "tokens"),
             ZooModel("minilm", "built-in", lambda size: "minilm", lambda size: "tokens")]
+    # every keras.applications and keras_hub model again as a SavedModel (model.export): graph-level
+    # fusion must fuse what its .keras row fuses (summary: "SavedModel rows")
+    out += [ZooModel(f"{m.name}{SAVED_SUFFIX}", f"{m.family} (SavedModel)", m.build, m.shapes, m.min_size,
+                     m.name in QUICK_SAVED, saved=True)
+            for m in list(out) if m.family in ("keras.applications", "keras_hub")]
     return out
+
+
+SAVED_SUFFIX = "-savedmodel"
+QUICK_SAVED = ("cspnet-hub",)   # --quick's SavedModel row: 13 Conv-BN-LeakyReLU blocks at slope 0.01
 
 
 BUILTIN_CONFIG = {"yolov3-tiny": ["width=0.25"], "yolov3": ["width=0.25"],
@@ -520,6 +530,9 @@ def run_model(zm: ZooModel, size: int, work: str, repeat: int = 20, roads=ROADS)
         calibrate(model, calibration_feeds(src))
         path = os.path.join(work, f"{zm.name}.keras")
         model.save(path)
+        if zm.saved:  # the same calibrated model as its team serves it
+            path = os.path.join(work, f"{zm.name}.savedmodel")
+            model.export(path, verbose=False)
         args[0] = path
         src = modelsource.resolve(path, input_shapes=_shape_map(args))  # the file, as the commands see it
     else:
@@ -767,6 +780,13 @@ def summary(rows: List[Row]) -> str:
         ratio = np.exp(np.mean([np.log(r.plain_ort_ms / r.ort_ms) for r in both]))
         lines.append(f"onnxruntime, bridge's export vs plain tf2onnx (geometric mean over {len(both)} models): "
                      f"{ratio:.2f}x")
+    by_name = {r.model: r for r in built}
+    pairs = [(r, by_name[r.model[:-len(SAVED_SUFFIX)]]) for r in built
+             if r.model.endswith(SAVED_SUFFIX) and r.model[:-len(SAVED_SUFFIX)] in by_name]
+    if pairs:
+        differ = [f"{s.model} {s.fused} vs {k.fused}" for s, k in pairs if s.fused != k.fused]
+        lines.append(f"SavedModel rows fusing what their .keras rows fuse: {len(pairs) - len(differ)}/{len(pairs)}"
+                     + (f" (differ: {'; '.join(differ)})" if differ else ""))
     fails = [(r.model, k, v) for r in built for k, v in r.roads.items() if v != "pass"]  # ok* says how
     fails += [(r.model, "plain tf2onnx", r.plain) for r in built if r.plain != "converts"]
     fails += [(r.model, "build", r.built) for r in rows if r.built]
