@@ -130,7 +130,7 @@ def test_cli_exit_codes_json_and_inputs_roundtrip(tiny, tmp_path, capsys):
     argv = [tiny["keras"], "--runtimes", f"tf,{ONNX_ONLY}", "--onnx", tiny["onnx"], "-q", "--seed", "5"]
     assert main(["parity", *argv, "--json", str(out1), "--save-inputs", str(saved)]) == 0
     text = capsys.readouterr().out
-    assert "PASS: 1 runtime agrees with tf on 2 outputs" in text and "leaky_a" in text
+    assert "PASS: 1 runtime agrees with the model in float64 (tf-float64) on 2 outputs" in text and "leaky_a" in text
     assert main(["parity", *argv[:-2], "--json", str(out2), "--load-inputs", str(saved)]) == 0
     a, b = json.loads(out1.read_text()), json.loads(out2.read_text())
     assert _numbers(a) == _numbers(b) and a["inputs"] == b["inputs"]
@@ -158,7 +158,7 @@ def test_load_outputs_pass_and_perturbed_fail(tiny, tmp_path, capsys):
     outs = tmp_path / "board.npz"
     np.savez(outs, *[got[n] for n in names])  # positional, as a board script would write them
     assert main([*argv, "--load-inputs", str(saved), "--load-outputs", f"board={outs}"]) == 0
-    assert "PASS: 1 runtime agrees with tf on 2 outputs" in capsys.readouterr().out
+    assert "PASS: 1 runtime agrees with the model in float64 (tf-float64) on 2 outputs" in capsys.readouterr().out
     bins = tmp_path / "msame"
     bins.mkdir()
     for i, n in enumerate(names):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from bridge import atomic
 from bridge.commands._options import parse_config
@@ -24,14 +25,21 @@ outputs exact. A NaN or Inf on either side fails unless both sides hold the same
 one at that place (the row says so); a reference that produces NaN fails the run.
 --atol/--rtol take a number (all outputs) or NAME=NUMBER (one output).
 
-Ill-conditioned outputs: where a runtime differs from TF float32, a Keras
-model is run again in float64 (row tf-float64: TF float32's own distance from
-it). The runtime is then ill-conditioned, neither pass nor FAIL (exit 0,
-counted apart, --json "ill_conditioned"), when it is within 3x TF float32's own
-error from float64 (worst element and mean), or within the tolerance of
-float64 where TF float32 is; anything else, and any NaN, stays a FAIL. A
-saturated softmax whose arg-max flips is ill-conditioned too where no float64
-run decides.
+The judge of a Keras MODEL is the same model run in float64 (row tf-float64:
+TF float32's own distance from it, the floor). Every runtime, per output and
+per layer, is measured against float64: element i passes when its error is
+within max(the bound above, 3 x min(E, R x max(1, |f64[i]|))), E being TF
+float32's largest error on that tensor and R its largest per max(1, |f64|)
+("as close to float64 as TF float32 itself, within 3x"); where that widens
+the bound, the mean error must also be within 3x TF float32's. Without a
+float64 run (a SavedModel, an .onnx MODEL, a model whose float64 copy is
+refused) runtimes are judged against the reference, and a row that would
+need float64 says why there is none; a saturated softmax whose arg-max flips
+is then "ill-conditioned" (exit 0, counted apart, --json "ill_conditioned").
+
+Numbers (table, --json, --csv): cosine similarity, RMSE, max abs / max rel,
+mean rel, relative Euclidean distance, error quantiles p50/p99/p99.9, elements
+past the bound; --csv uses msit's column names where they mean the same.
 
 Exit codes: 0 every runtime agrees (or is ill-conditioned), 1 a runtime disagrees or fails (or the
 reference produced NaN), 2 usage error (unknown runtime, bad file, bad shape)."""
@@ -64,6 +72,10 @@ def add_arguments(p):
                    help="also compare every intermediate tensor shared with the reference; print the first that "
                         "fails and the last that passes before it, per runtime")
     p.add_argument("--json", metavar="FILE", help="write every number as JSON to FILE ('-' for stdout)")
+    p.add_argument("--csv", metavar="FILE", help="write one row per runtime x output (and x layer) with msit's "
+                   "metric names to FILE")
+    p.add_argument("--report", metavar="DIR", help="write DIR/report.html: one self-contained page with the "
+                   "verdicts, the first divergence and plots (needs matplotlib: the report extra)")
     p.add_argument("--save-inputs", metavar="F", help="write the inputs used to F (.npz)")
     p.add_argument("--load-inputs", metavar="F", help="read the inputs from F (.npz keyed by input name)")
     p.add_argument("--load-outputs", action="append", metavar="RUNTIME=F",
@@ -103,6 +115,12 @@ def run(args) -> int:
     from bridge.parity.inputs import InputError
     from bridge.parity.loaded import parse_load_outputs
 
+    if args.report:  # before the run: a missing plotting library is a usage error, not a lost hour
+        from bridge.parity import html_report
+        try:
+            html_report.require()
+        except html_report.ReportError as e:
+            raise UsageError(str(e)) from None
     try:
         report = parity(args.model, runtimes=args.runtimes, per_layer=args.per_layer, inputs=args.load_inputs,
                         batch=args.batch, input_shapes=args.input_shape or None, seed=args.seed,
@@ -114,6 +132,14 @@ def run(args) -> int:
         raise UsageError(str(e)) from None
     if args.json:
         _write_json(args.json, report.to_json())
+    if args.csv:
+        from bridge.parity import metrics_csv
+        metrics_csv.write(args.csv, report)
+    if args.report:
+        from bridge.parity import html_report
+        path = html_report.write(args.report, report)
+        if not args.quiet:
+            print(f"report: {path}", file=sys.stderr)
     if args.json != "-":
         print(report.table())
     return 0 if report.passed else 1

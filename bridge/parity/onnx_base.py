@@ -162,10 +162,11 @@ def fused_aliases(fused, report, original) -> Dict[str, str]:
     return out
 
 
-def fused_blocks(source) -> Dict[str, List[str]]:
-    """{the unfused layer a fused layer's output stands for: every original layer
-    it replaced, in order}, for fused layers that replaced more than one (the
-    map from a fused op back to its source layers, as msit keeps)."""
+def fused_blocks(source) -> Dict[str, Tuple[str, List[str]]]:
+    """{the unfused layer a fused layer's output stands for: (the fused layer's
+    name, every original layer it replaced, in order)}, for fused layers that
+    replaced more than one (the map from a fused op back to its source layers,
+    as msit keeps)."""
     def build():
         try:
             fused, _ = source.fused_model()
@@ -176,7 +177,7 @@ def fused_blocks(source) -> Dict[str, List[str]]:
         for layer in fused.layers:
             src = getattr(layer, "replaces", None)
             if isinstance(src, (list, tuple)) and len(src) > 1 and src[-1] in names:
-                out[src[-1]] = [str(n) for n in src]
+                out[src[-1]] = (layer.name, [str(n) for n in src])
         return out
     return source.cached("fused-blocks", build)
 

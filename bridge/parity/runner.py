@@ -48,9 +48,11 @@ class LayerSummary:
     last_pass: Optional[LayerCheck] = None   # the last passing layer before the first failure
     checks: List[LayerCheck] = field(default_factory=list)
     unmatched: int = 0                        # layers the runtime had but in another shape
+    reference_layers: int = 0                 # layers the reference has (how many could have been matched)
 
     def to_json(self) -> dict:
         return {"compared": self.compared, "failed": self.failed, "unmatched": self.unmatched,
+                "reference_layers": self.reference_layers,
                 "first_fail": self.first_fail.to_json() if self.first_fail else None,
                 "last_pass": self.last_pass.to_json() if self.last_pass else None,
                 "layers": [c.to_json() for c in self.checks]}
@@ -307,13 +309,16 @@ def _run(source, adapters, broken, wanted, batch, seed, atol, rtol, per_layer, g
             results.append(row)
         elif no_truth and not problem:
             truth_mod.no_verdict_notes([r for r in results if r.status != "reference"], no_truth)
+    elif not problem:
+        problem = f"no reference runtime for a {source.kind} MODEL"
     if per_layer and source.kind == "keras" and any(r.layers and r.layers.checks for r in results):
         blocks = fused_blocks(source)
         for r in results:
             for check in (r.layers.checks if r.layers and r.name not in ("tf", truth_mod.NAME) else ()):
-                check.covers = list(blocks.get(check.name, ()))
-    elif not problem:
-        problem = f"no reference runtime for a {source.kind} MODEL"
+                fused, covers = blocks.get(check.name, ("", []))
+                # the fused layer's tensor (tf-fused's, or an ONNX node in its scope), not one of another export
+                if fused and (r.name == "tf-fused" or f"/{fused}" in f"/{check.node}"):
+                    check.covers = list(covers)
     if not problem and not any(r.compared for r in results):
         problem = "no runtime besides the reference could run, so nothing was compared"
     return ParityReport(source.label, source.kind, ref_name or "", seed,
@@ -388,7 +393,7 @@ def _compare_outputs(outputs, reference, atol, rtol, res: RuntimeResult, own=Non
 
 def _compare_layers(layers, reference, atol, rtol, own=None, truth: Optional[truth_mod.Truth] = None) -> LayerSummary:
     """`reference`: the float64 layers where `truth` is given (the TF ones otherwise)."""
-    summary = LayerSummary()
+    summary = LayerSummary(reference_layers=len(reference))
     for name, ref in reference.items():  # topological order
         if name not in layers:
             continue
