@@ -266,6 +266,36 @@ def _hub_shapes(cls, config):
     return lambda size: "tokens"  # every input [1, SEQ]; names read from the model
 
 
+def _tagger(size):
+    """A sequence tagger as a team writes one: LSTM, then Bidirectional(GRU), per-step logits."""
+    import keras
+    from keras import layers
+    x = keras.Input((SEQ, 8), name="features")
+    h = layers.LSTM(16, return_sequences=True)(x)
+    h = layers.Bidirectional(layers.GRU(8, return_sequences=True))(h)
+    h = layers.SimpleRNN(8, return_sequences=True)(h)
+    return keras.Model(x, layers.Dense(5, name="tags")(h), name="tagger")
+
+
+def _mixed_cnn(size):
+    """A mixed_float16 classifier (Keras' mixed-precision recipe): float16 compute, float32 logits."""
+    import keras
+    from keras import layers
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        x = keras.Input((size, size, 3), name="image")
+        h = x
+        for filters in (16, 32):
+            h = layers.Conv2D(filters, 3, strides=2, padding="same", use_bias=False)(h)
+            h = layers.BatchNormalization()(h)
+            h = layers.LeakyReLU(0.1)(h)
+        h = layers.GlobalAveragePooling2D()(h)
+        h = layers.LayerNormalization()(layers.Dense(32)(h))
+        return keras.Model(x, layers.Dense(10, dtype="float32", name="logits")(h), name="mixed_cnn")
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+
+
 def models() -> List[ZooModel]:
     out = [ZooModel(n, "keras.applications", _application(n), _image_shapes, m, n in QUICK_APPLICATIONS)
            for n, m in sorted(APPLICATIONS.items(), key=lambda kv: kv[0] in HEAVY)]
@@ -282,6 +312,9 @@ def models() -> List[ZooModel]:
     out += [ZooModel(f"{m.name}{SAVED_SUFFIX}", f"{m.family} (SavedModel)", m.build, m.shapes, m.min_size,
                      m.name in QUICK_SAVED, saved=True)
             for m in list(out) if m.family in ("keras.applications", "keras_hub")]
+    # models as teams have them: no --input-shape (only the batch is open)
+    out += [ZooModel("lstm-bigru-tagger", "keras (user)", _tagger, lambda size: {}),
+            ZooModel("mixed-float16-cnn", "keras (user)", _mixed_cnn, lambda size: {})]
     return out
 
 
@@ -603,10 +636,19 @@ def _shape_map(args):
     return out
 
 
+NOT_VERIFIED = "not verified"
+
+
 def _verdict(rc, out, err) -> str:
+    """pass | ill-conditioned: why | not verified: why (exit 0, but no check ran) | why not."""
     if rc == 0:
-        ill = [c for c in json.loads(out).get("checks", []) if c.get("status") == ILL] \
-            if out.strip().startswith("{") else []
+        if not out.strip().startswith("{"):
+            return f"{NOT_VERIFIED}: no --json report to read its checks from"
+        data = json.loads(out)
+        checks = data.get("checks") or []
+        if not checks:
+            return f"{NOT_VERIFIED}: {data.get('not_verified') or 'the exporter ran no checks'}"[:300]
+        ill = [c for c in checks if c.get("status") == ILL]
         return f"{ILL}: {ill[0]['output']}: {ill[0]['note']}"[:240] if ill else "pass"
     if rc == 1 and out.strip().startswith("{"):
         data = json.loads(out)
@@ -617,12 +659,20 @@ def _verdict(rc, out, err) -> str:
 
 
 def _parity_verdict(data) -> str:
-    """pass | ill-conditioned: which runtimes, why | why not (bridge parity's three verdicts)."""
+    """pass | pass; not run: which runtimes (why the first) | ill-conditioned: which
+    runtimes, why | why not (bridge parity's three verdicts; a run that passed with
+    runtimes unavailable says which, so it is not mistaken for every road verified)."""
     if data.get("passed") and data.get("ill_conditioned"):
         notes = [o.get("note", "") for r in data.get("runtimes", []) if r["name"] in data["ill_conditioned"]
                  for o in r.get("outputs", {}).values() if o.get("status") == ILL]
         return f"{ILL}: {', '.join(data['ill_conditioned'])}: " + (notes[0] if notes else "")[:240]
-    return "pass" if data.get("passed") else _parity_why(data)
+    if not data.get("passed"):
+        return _parity_why(data)
+    missing = [r for r in data.get("runtimes", []) if r.get("status") == "unavailable"]
+    if missing:
+        return (f"pass; not run: {', '.join(r['name'] for r in missing)} "
+                f"({missing[0]['name']}: {missing[0].get('reason') or 'unavailable'})")[:300]
+    return "pass"
 
 
 def _parity_why(data) -> str:
@@ -752,6 +802,8 @@ def _short(text: str, n: int) -> str:
 def _mark(v: str) -> str:
     if v.startswith(ILL):
         return "ill"
+    if v.startswith(NOT_VERIFIED):
+        return "unverified"
     return ("ok" if v == "pass" else "ok*") if v.startswith("pass") else ("FAIL" if v else "")
 
 

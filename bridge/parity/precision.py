@@ -44,9 +44,14 @@ def output_precision(model, output_names: Sequence[str]) -> Dict[str, str]:
     return out
 
 
+def _computes(layer) -> bool:
+    # an InputLayer takes the global policy (mixed_float16 too) but computes nothing
+    return type(layer).__name__ != "InputLayer"
+
+
 def lowest(layers: Iterable[object]) -> str:
     """The lowest compute dtype below float32 among `layers` ("" if none)."""
-    found = {getattr(layer, "compute_dtype", None) for layer in layers}
+    found = {getattr(layer, "compute_dtype", None) for layer in layers if _computes(layer)}
     return next((d for d in LOWER if d in found), "")
 
 
@@ -54,7 +59,7 @@ def policies(model) -> List[str]:
     """The dtype policy names of the layers computing below float32, e.g. ["mixed_float16"]."""
     seen = []
     for layer in _all_layers(model):
-        if getattr(layer, "compute_dtype", None) in LOWER:
+        if _computes(layer) and getattr(layer, "compute_dtype", None) in LOWER:
             name = getattr(getattr(layer, "dtype_policy", None), "name", None) or layer.compute_dtype
             if name not in seen:
                 seen.append(name)
@@ -63,7 +68,8 @@ def policies(model) -> List[str]:
 
 def note(dtype: str, model) -> str:
     """What the row says about an output judged at `dtype`'s bounds."""
-    first = next((layer.name for layer in _all_layers(model) if getattr(layer, "compute_dtype", None) == dtype), "")
+    first = next((layer.name for layer in _all_layers(model)
+                  if _computes(layer) and getattr(layer, "compute_dtype", None) == dtype), "")
     policy = ", ".join(policies(model)) or dtype
     return f"{dtype} bounds: computed in {dtype} ({policy} layers{f', e.g. {first!r}' if first else ''})"
 

@@ -47,21 +47,22 @@ class Loop(_StockLoop):
     def __init__(self, onnx_node, run_params):
         super().__init__(onnx_node, run_params)
         stock_body = self._run_body  # set per instance by OpRun for the `body` attribute
-        self._scan_shapes = None
+        self._scan_shapes, self._steps = None, 0
 
         def body(*args, **kwargs):
             outs = stock_body(*args, **kwargs)
+            self._steps += 1
             if self.K:
                 self._scan_shapes = [np.shape(o) for o in outs[len(outs) - self.K:]]
             return outs
         self._run_body = body
 
     def _run(self, *args, **kwargs):
-        self._scan_shapes = None
+        self._scan_shapes, self._steps = None, 0
         res = list(super()._run(*args, **kwargs))
         if self._scan_shapes is not None:  # at least one iteration ran: its values' shape is known
             for k, shape in enumerate(self._scan_shapes):
-                res[self.N + k] = np.asarray(res[self.N + k]).reshape((-1,) + tuple(shape))
+                res[self.N + k] = np.asarray(res[self.N + k]).reshape((self._steps,) + tuple(shape))
         return tuple(res)
 
 
