@@ -202,7 +202,8 @@ def _heatmaps(report) -> List[str]:
                 continue
             fig = _figure(2.6, 2.4)
             ax = fig.add_subplot()
-            im = ax.imshow(np.asarray(heat), cmap="magma", vmin=0, vmax=max(1.0, float(np.nanmax(heat))))
+            top = float(np.nanmax(heat)) if np.isfinite(np.nanmax(heat)) else 1.0
+            im = ax.imshow(np.asarray(heat), cmap="magma", vmin=0, vmax=max(top, 1e-12))  # its own scale: see the bar
             fig.colorbar(im, ax=ax, fraction=0.046)
             ax.set_xticks([])
             ax.set_yticks([])
