@@ -251,9 +251,9 @@ def test_a_copy_that_is_not_the_model_gives_no_float64_verdict(tmp_path):
     layer.k = 3.0                                       # not in the config: the copy computes x * 1
     x = np.random.default_rng(2).uniform(0.5, 1.0, (2, 6)).astype(np.float32)
     tf32 = np.asarray(model(x), np.float64)
-    with pytest.raises(Exception, match="does not compute what the model does"):
-        from bridge.parity.float64 import float64_outputs
-        from bridge.parity import open_source
+    from bridge.parity.float64 import NoFloat64, float64_outputs
+    from bridge.parity import open_source
+    with pytest.raises(NoFloat64, match="does not compute what the model does"):
         float64_outputs(open_source(model), {"x": x})
     wrong = tf32 * (2 / 3)                              # a runtime off by a third of the bad copy's distance
     npz = tmp_path / "board.npz"
