@@ -134,3 +134,31 @@ def test_mixed_row_every_runtime(mixed_file):
     for name in ("tflite", "ge-builtin", "onnx-reference"):
         assert rows[name].status == "ok", (name, rows[name].reason)
     assert "rebuilt in float32" in rows["tflite"].description and "rebuilt in float32" in rows["ge-builtin"].description
+
+
+def test_ge_expansion_refuses_a_float16_node_fed_by_a_cast():
+    """The GE-bound model of a mixed model casts to float16 before the fused node
+    (no value_info on the way): the float32-only expansion must say so, not emit
+    a float16/float32 Add that onnxruntime refuses to load."""
+    from onnx import TensorProto, helper, numpy_helper
+    from bridge.ascend import expand_builtin
+    from bridge.ops import OpError
+    nodes = [helper.make_node("Cast", ["x"], ["h"], to=TensorProto.FLOAT16),
+             helper.make_node("FusedLayerNorm", ["h", "g", "b"], ["y"], domain="com.bridge", epsilon=1e-3)]
+    inits = [numpy_helper.from_array(np.ones(6, np.float16), "g"), numpy_helper.from_array(np.zeros(6, np.float16), "b")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT16, None)], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11), helper.make_opsetid("com.bridge", 1)])
+    with pytest.raises(OpError, match="FusedLayerNorm: .*float32 only, input 'h' is FLOAT16"):
+        expand_builtin(model)
+    g = model.graph  # the same graph in float32 expands and runs
+    g.node[0].attribute[0].i = TensorProto.FLOAT
+    g.output[0].type.tensor_type.elem_type = TensorProto.FLOAT
+    for i in range(2):
+        g.initializer[i].CopyFrom(numpy_helper.from_array(np.full(6, float(1 - i), np.float32), g.initializer[i].name))
+    import onnxruntime as ort
+    x = np.random.default_rng(3).standard_normal((2, 6)).astype(np.float32)
+    y = ort.InferenceSession(expand_builtin(model).SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x})[0]
+    ref = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-3)  # numpy float64
+    assert np.abs(y - ref).max() < 1e-5
