@@ -35,14 +35,20 @@ def parser() -> argparse.ArgumentParser:
         sp = sub.add_parser(mod.NAME, help=mod.HELP, description=getattr(mod, "DESCRIPTION", mod.HELP))
         mod.add_arguments(sp)
         if getattr(mod, "USES_TENSORFLOW", True) or getattr(mod, "TAKES_TEAM_OPS", False):
-            _add_team_op_arguments(sp)
+            _add_team_op_arguments(sp, getattr(mod, "TAKES_IMPORTS", True))
         sp.set_defaults(_run=mod.run, _uses_tensorflow=getattr(mod, "USES_TENSORFLOW", True),
                         _uses_tf_ops=getattr(mod, "USES_TF_OPS", False))
     return p
 
 
-def _add_team_op_arguments(sp) -> None:
+def _add_team_op_arguments(sp, imports: bool = True) -> None:
     g = sp.add_argument_group("a team's own ops")
+    if imports:
+        from bridge.team_imports import FLAG as IMPORT_FLAG
+        g.add_argument(IMPORT_FLAG, dest="imports", action="append", default=[], metavar="MODULE|FILE.py",
+                       help="a Python module (a name importable here, or a .py file) imported before the model "
+                            "loads: the Keras classes it registers (keras.saving.register_keras_serializable), "
+                            "the op specs it defines (SPEC/SPECS); repeatable")
     g.add_argument("--op-spec", action="append", default=[], metavar="FILE",
                    help="a Python file defining SPEC (a bridge.ops.OpSpec) for an op of your own; repeatable")
     g.add_argument("--op-library", action="append", default=[], metavar="LIB",
@@ -111,6 +117,12 @@ def main(argv=None) -> int:
         if args._uses_tensorflow:
             from bridge.quiet import import_tensorflow
             import_tensorflow(verbose=bool(getattr(args, "verbose", False)))
+        if getattr(args, "imports", None):  # after TF (quietly imported), before the op layers read the specs
+            from bridge.team_imports import ImportFailed, import_modules
+            try:
+                import_modules(args.imports)
+            except ImportFailed as e:
+                raise UsageError(str(e)) from None
         if args._uses_tf_ops or getattr(args, "op_library", None):
             # Built (on first use) before any model is traced, so that a failed
             # build is its own short message, not one wrapped in Keras' traceback.

@@ -574,6 +574,10 @@ def _keras_file(path) -> ResolvedModel:
                                    f"lambda in its config), which would run on loading; bridge loads Keras files "
                                    f"in safe mode. Replace the lambda by a registered layer class "
                                    f"(keras.saving.register_keras_serializable) and save again") from None
+        from bridge.team_imports import missing_class_message
+        missing = missing_class_message(path, e)  # a team's layer: one line naming it and --import
+        if missing:
+            raise ModelSourceError(missing) from None
         raise ModelSourceError(f"cannot load the Keras file {path}: {type(e).__name__}: {e}") from None
     inputs, outputs = _keras_infos(model)
     return ResolvedModel(arg=path, kind="keras", name=_stem(path), model=model, inputs=inputs,

@@ -5,6 +5,7 @@ import json
 import sys
 
 NAME = "build"
+TAKES_IMPORTS = False  # loads no model: --import is for the commands that do
 HELP = "build the native libraries (TensorFlow ops, onnxruntime kernels) into the cache"
 TARGETS = ("tf_ops", "ort")
 # Built on request only: the CUDA kernels behind a C ABI (needs nvcc), and the same
