@@ -99,15 +99,21 @@ def test_quick_sweep(tmp_path):
     rows = json.loads(out.read_text())
     names = {r["model"] for r in rows}
     assert {"yolov3-tiny", "MobileNetV3Small"} <= names
+    from bridge.parity.runner import known_runtimes
+    # every runtime a plain `bridge parity` runs, each compared with the reference (tf) on every model
+    defaults = sorted(n for n, cls in known_runtimes().items() if cls.default and n != "tf")
     for r in rows:
         if r["built"]:
             assert r["family"] == "keras_hub" and "keras-hub is not installed" in r["built"], r
             continue
         assert sorted(r["roads"]) == sorted(_zoo().ROADS), r["roads"]
-        # "pass (--opset N)": the export passed at the opset its own error named (ViT's GE export)
-        assert all(v.startswith("pass") for v in r["roads"].values()), (r["model"], r["roads"])
+        # "pass (--opset N)": the export passed at the opset its own error named (ViT's GE export);
+        # "not verified" (exit 0, no check) and "pass; not run: ..." (parity) are no passes here
+        assert all(v.startswith("pass") and "not run" not in v for v in r["roads"].values()), (r["model"], r["roads"])
+        assert r["roads"]["parity"] == "pass", (r["model"], r["roads"]["parity"])
+        assert sorted(r["errors"]) == defaults, (r["model"], sorted(r["errors"]))
         assert r["plain"] and r["export_s"] > 0 and r["ort_ms"] > 0, r
-        assert r["errors"] and max(r["errors"].values()) < 1e-3, (r["model"], r["errors"])
+        assert max(r["errors"].values()) < 1e-3, (r["model"], r["errors"])
     tiny = next(r for r in rows if r["model"] == "yolov3-tiny")
     assert tiny["fused"].get("conv_bn_leaky", 0) > 0 and tiny["plain_ort_ms"] > 0
     assert "plain tf2onnx" in proc.stdout and "models built" in proc.stdout
@@ -175,7 +181,33 @@ def test_export_verdicts_read_from_bridge_export_json():
     ill = zoo._verdict(0, out(zoo.ILL, True), "")
     assert zoo._mark(ill) == "ill" and "probs" in ill and "TF float32 itself" in ill
     assert zoo._mark(zoo._verdict(1, out("FAIL", False), "")) == "FAIL"
-    assert zoo._verdict(0, "", "") == "pass"
+    # exit 0 with nothing checked is no pass: it says why, and the summary does not count it
+    for text, why in (("", "no --json report"),
+                      (json.dumps({"checks": [], "not_verified": "no runtime here runs it"}), "no runtime here runs it"),
+                      (json.dumps({"checks": []}), "the exporter ran no checks")):
+        v = zoo._verdict(0, text, "")
+        assert v.startswith("not verified: ") and why in v and zoo._mark(v) == "unverified", v
+    text = zoo.summary([zoo.Row("a", "keras", roads={"onnx": zoo._verdict(0, "", "")})])
+    assert "onnx: 0/1 pass" in text and "a onnx: not verified" in text, text
+
+
+def test_parity_verdicts_name_the_runtimes_that_did_not_run():
+    """A parity run that passed with runtimes unavailable is a pass with them
+    listed (marked ok*, named under "why not"), not a plain pass."""
+    zoo = _zoo()
+
+    def report(*rows, passed=True):
+        return {"passed": passed, "problem": "", "ill_conditioned": [],
+                "runtimes": [{"name": n, "status": s, "reason": why, "passed": s != "error", "outputs": {}}
+                             for n, s, why in rows]}
+    ran = ("tf", "reference", ""), ("ort", "ok", "")
+    assert zoo._parity_verdict(report(*ran)) == "pass"
+    v = zoo._parity_verdict(report(*ran, ("tflite", "unavailable", "ai_edge_litert is not installed"),
+                                   ("ge", "unavailable", "no kernel")))
+    assert v == "pass; not run: tflite, ge (tflite: ai_edge_litert is not installed)", v
+    assert zoo._mark(v) == "ok*"
+    assert "m parity: pass; not run: tflite, ge" in zoo.summary([zoo.Row("m", "keras", roads={"parity": v})])
+    assert zoo._parity_verdict(report(*ran, ("ge", "error", "boom"), passed=False)) == "ge: boom"
 
 
 def test_summary_counts_ill_conditioned_exports_apart_on_both_sides():
