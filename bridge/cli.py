@@ -65,47 +65,20 @@ def _add_team_op_arguments(sp, imports: bool = True) -> None:
 
 
 def _load_team_ops(args, tensorflow_loaded: bool) -> None:
-    """--op-spec files before any layer is imported; --op-library once TF is."""
-    from bridge import ops
+    """--op-spec files before any layer is imported; --op-library once TF is
+    (bridge.api.team_ops, what bridge.register_op does)."""
+    from bridge.api import team_ops
     if not tensorflow_loaded:
-        ops.load_entry_points()
-        for path in getattr(args, "op_spec", None) or ():
-            ops.load_spec_file(path)
-        if getattr(args, "ort_library", None):
-            from bridge.onnx_plugins import team_libraries
-            for path in args.ort_library:
-                try:
-                    team_libraries.add(path)
-                except team_libraries.OrtLibraryError as e:
-                    raise UsageError(str(e)) from None
-        if getattr(args, "litert_library", None):
-            from bridge.litert import team_libraries as litert_libraries
-            try:
-                litert_libraries.add(args.litert_library)
-            except litert_libraries.LiteRTLibraryError as e:
-                raise UsageError(str(e)) from None
+        team_ops.load_specs(getattr(args, "op_spec", None) or (), getattr(args, "ort_library", None) or (),
+                            getattr(args, "litert_library", None))
         return
-    from bridge import tf_ops
-    from bridge.tf_ops.team_ops import TeamOpError
-    for path in getattr(args, "op_library", None) or ():
-        try:
-            tf_ops.load_op_library(path)
-        except TeamOpError as e:
-            raise UsageError(str(e)) from None
+    team_ops.load_libraries(getattr(args, "op_library", None) or ())
 
 
 def _build_error(e: BaseException):
-    """The native BuildError behind `e`, if any: Keras re-raises errors from a
-    layer's call() as new exceptions, with the original as their context."""
-    from bridge.native import BuildError
-    seen = set()
-    found = None
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        if isinstance(e, BuildError):
-            found = e  # the innermost one carries the build's own message
-        e = e.__cause__ or e.__context__
-    return found
+    """The native BuildError behind `e`, if any (Keras wraps what a layer's call() raises)."""
+    from bridge.native import build_error_behind
+    return build_error_behind(e)
 
 
 def main(argv=None) -> int:
@@ -136,6 +109,9 @@ def main(argv=None) -> int:
     except SpecError as e:
         print(f"bridge {args.command}: error: bad op spec: {e}", file=sys.stderr)
         return 2
+    except BridgeError as e:  # a bad library, model or option (2); a failed build or export (1)
+        print(f"bridge {args.command}: {'error: ' if e.exit_code == 2 else ''}{e}", file=sys.stderr)
+        return e.exit_code
     except Exception as e:
         build_error = _build_error(e)
         if build_error is None:
