@@ -51,9 +51,12 @@ def _assert_all_pass_with_numbers(recorded, min_layers):
     data = report.to_json()
     json.dumps(data, allow_nan=False)
     assert report.passed, data
-    names = [r["name"] for r in data["runtimes"]]
+    names = [r["name"] for r in data["runtimes"] if r["name"] != "tf-float64"]
     assert names == _defaults(), names  # every default runtime, and no opt-in one
+    floor = next(r for r in data["runtimes"] if r["name"] == "tf-float64")["outputs"]  # TF float32 vs float64
     for row in data["runtimes"][1:]:
+        if row["name"] == "tf-float64":
+            continue
         assert row["status"] == "ok", (row["name"], row["reason"])
         got = seen[row["name"]]
         for name, out in row["outputs"].items():
@@ -62,7 +65,9 @@ def _assert_all_pass_with_numbers(recorded, min_layers):
             excess = rule_excess(g, ref[name], 1e-4, 1e-4)
             assert excess <= 1 and out["passed"], (row["name"], name, excess, out)
             error = float(np.max(np.abs(g - ref[name])))
-            assert 0 < out["max_abs_error"] == pytest.approx(error, rel=0.05, abs=1e-6), (row["name"], name, error)
+            # the numbers are against float64: within TF float32's own distance from it of the error against TF
+            assert 0 < out["max_abs_error"] and abs(out["max_abs_error"] - error) <= \
+                floor[name]["max_abs_error"] * 1.001 + 1e-9, (row["name"], name, error, out["max_abs_error"])
             assert out["cosine"] > 0.9999, (row["name"], out)
         if not row["name"].startswith("tflite"):  # TFLite (builtins or bridge's kernels) exposes no intermediates
             assert row["layers"]["compared"] >= min_layers and row["layers"]["failed"] == 0, row["name"]

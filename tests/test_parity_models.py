@@ -26,6 +26,8 @@ def test_yolov3_tiny_every_runtime_passes(tiny_yolo):
     json.dumps(data, allow_nan=False)
     assert report.passed, data
     for row in report.runtimes[1:]:
+        if row.status == "reference":  # tf-float64: the judge (TF float32's own distance from float64)
+            continue
         assert row.status == "ok", (row.name, row.reason)
         assert row.layers.compared >= 10 and row.layers.failed == 0, row.name
         for c in row.outputs.values():
