@@ -271,3 +271,15 @@ def test_fuse_takes_a_graph_too():
     ref = (x64 - x64.mean(-1, keepdims=True)) / np.sqrt(x64.var(-1, keepdims=True) + 1e-3) * gamma + beta
     (got,) = fused.function()(tf.constant(x)).values()
     assert rule_excess(np.asarray(got), ref, 1e-4) <= 1
+
+
+def test_imports_are_what_the_import_flag_does(tmp_path, keras_model):
+    """`imports=` runs the team's file before the model loads (as --import), and
+    a module that cannot be imported is the flag's one-line error."""
+    team = tmp_path / "team_marker.py"
+    team.write_text("import os\nos.environ['BRIDGE_API_TEST_IMPORTED'] = __name__\n")
+    result = bridge.export(keras_model, to="onnx", output=tmp_path / "m.onnx", verify=False, imports=[team])
+    assert result.files and __import__("os").environ.pop("BRIDGE_API_TEST_IMPORTED")
+    with pytest.raises(bridge.BridgeError, match="no_such_team_module") as caught:
+        bridge.parity(keras_model, runtimes=["ort"], imports=["no_such_team_module"])
+    assert "\n" not in str(caught.value)

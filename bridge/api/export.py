@@ -58,7 +58,7 @@ def export(model: Any, to: str = "onnx", output: Optional[Union[str, "os.PathLik
            verbose: bool = False, progress: ProgressArg = False,
            op_spec: Sequence = (), op_library: Sequence = (), ort_library: Sequence = (),
            litert_library: Optional[str] = None, graph_inputs: Optional[Sequence[str]] = None,
-           graph_outputs: Optional[Sequence[str]] = None, **options: Any) -> ExportResult:
+           graph_outputs: Optional[Sequence[str]] = None, imports: Sequence = (), **options: Any) -> ExportResult:
     """Exports `model` to `to` ("onnx", "tflite", "ge"), fused onto the custom ops
     and verified against TensorFlow, as `bridge export MODEL --to TO -o OUTPUT` does.
 
@@ -72,16 +72,18 @@ def export(model: Any, to: str = "onnx", output: Optional[Union[str, "os.PathLik
     The target's own options go in `options` (quantize="float16" for tflite;
     parser=, soc_version=, route= for ge), with the CLI's defaults.
     `op_spec`/`op_library`/`ort_library`/`litert_library`: a team's own ops
-    (see register_op). `progress`: True prints the CLI's stage lines on stderr;
+    (see register_op); `imports`: modules or .py files imported first, as
+    `--import` does (Keras classes and op specs they register). `progress`: True prints the CLI's stage lines on stderr;
     a callable receives them.
 
     Returns an ExportResult (`.ok` False when an output is beyond its bound:
     nothing is raised for that). Raises ModelSourceError (the model or a shape),
     OptionError (an option), ExportError (the export failed), BuildError
-    (bridge's native library did not build), SpecError or a LibraryError (a
-    team's op): all bridge.BridgeError, each with the CLI's message."""
+    (bridge's native library did not build), SpecError, ImportFailed or a
+    LibraryError (a team's op): all bridge.BridgeError, each with the CLI's message."""
     from bridge.native import build_error_behind
     try:
+        team_ops.load_imports(imports)
         return _export(model, to, output, mode, opset, fuse, input_shapes, batch, seed, config, atol, verify,
                        verbose, progress, op_spec, op_library, ort_library, litert_library,
                        (graph_inputs, graph_outputs), options)

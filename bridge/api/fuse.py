@@ -11,7 +11,7 @@ from typing import Any, Mapping, Optional, Sequence, Tuple
 
 def fuse(model: Any, *, name: Optional[str] = None, input_shapes=None, seed: int = 0,
          config: Optional[Mapping[str, Any]] = None, graph_inputs: Optional[Sequence[str]] = None,
-         graph_outputs: Optional[Sequence[str]] = None) -> Tuple[Any, Any]:
+         graph_outputs: Optional[Sequence[str]] = None, imports: Sequence = ()) -> Tuple[Any, Any]:
     """(fused model, FusionReport).
 
     `model`: a keras.Model, a built-in name or a .keras file (resolved as the
@@ -24,6 +24,7 @@ def fuse(model: Any, *, name: Optional[str] = None, input_shapes=None, seed: int
     layers use the BatchNorm moving statistics. Raises ModelSourceError or
     GraphModelError (bridge.BridgeError) for a model it cannot read."""
     from bridge.api import team_ops
+    team_ops.load_imports(imports)  # --import: a team's Keras classes and op specs
     team_ops.quiet_tensorflow()
     if isinstance(model, (str, os.PathLike)):
         path = os.path.expanduser(os.fspath(model))

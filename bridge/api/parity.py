@@ -21,7 +21,7 @@ def parity(model: Any, runtimes: Union[None, str, Sequence[str]] = None, per_lay
            config: Optional[Mapping[str, Any]] = None, onnx: Optional[str] = None,
            save_inputs: Optional[str] = None,
            load_outputs: Union[None, Mapping[str, str], Sequence[Tuple[str, str]]] = None,
-           progress: ProgressArg = False, op_spec: Sequence = (), op_library: Sequence = (),
+           progress: ProgressArg = False, op_spec: Sequence = (), op_library: Sequence = (), imports: Sequence = (),
            ort_library: Sequence = (), litert_library: Optional[str] = None):
     """Runs `model` on every runtime here (or those named in `runtimes`, a list
     or "a,b") and compares each output with the reference, as `bridge parity
@@ -39,9 +39,11 @@ def parity(model: Any, runtimes: Union[None, str, Sequence[str]] = None, per_lay
 
     A runtime that disagrees is a FAIL row, not an exception. Raises
     ModelSourceError (the model, a shape, the inputs, an unknown runtime),
-    BuildError, SpecError or a LibraryError, all bridge.BridgeError."""
+    BuildError, SpecError, ImportFailed or a LibraryError, all bridge.BridgeError.
+    `imports`: modules or .py files imported first, as `--import` does."""
     from bridge.native import build_error_behind
     try:
+        team_ops.load_imports(imports)  # --import: a team's Keras classes and op specs, first
         return _parity(model, runtimes, per_layer, inputs, batch, input_shapes, seed, atol, rtol, config, onnx,
                        save_inputs, load_outputs, progress, op_spec, op_library, ort_library, litert_library)
     except Exception as e:

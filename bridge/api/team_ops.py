@@ -78,13 +78,28 @@ def register_op(spec, library: Optional[PathLike] = None, ort_library: Optional[
 
 
 def load(op_spec: Sequence = (), op_library: Sequence = (), ort_library: Sequence = (),
-         litert_library: Optional[PathLike] = None) -> None:
-    """Every step, for API calls that take the CLI's team-op options."""
+         litert_library: Optional[PathLike] = None, imports: Sequence = ()) -> None:
+    """Every step, in the CLI's order, for API calls that take its team-op options."""
     if op_spec or ort_library or litert_library is not None:
         load_specs(op_spec, ort_library, litert_library)
+    load_imports(imports)
     if op_library:
         quiet_tensorflow()
         load_libraries(op_library)
+
+
+def load_imports(imports: Sequence = ()) -> None:
+    """What `--import MODULE|FILE.py` does (bridge.team_imports): each module
+    imported after TensorFlow and before the op layers read the specs, so the
+    Keras classes and op specs it registers are there. Raises ImportFailed (a
+    bridge.BridgeError)."""
+    items = _paths(imports)
+    if not items:
+        return
+    from bridge.quiet import import_tensorflow
+    from bridge.team_imports import import_modules
+    import_tensorflow()
+    import_modules(items)
 
 
 def quiet_tensorflow(verbose: bool = False):
