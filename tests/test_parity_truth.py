@@ -167,6 +167,7 @@ def test_yolov3_tiny_wrong_epsilon_in_one_fold_fails_ort_at_that_layer():
     assert not report.to_json()["ill_conditioned"]
 
 
+@pytest.mark.slow  # ~45 s on 2 cores; the epsilon test above is the cheap proof
 def test_yolov3_tiny_swapped_anchor_pair_fails_ge_at_the_decode():
     """Planted: the first two anchors of one YoloDecode swapped in the GE-bound
     export (ge, ge-builtin run it); ort's export keeps them and passes."""
@@ -188,6 +189,7 @@ def test_yolov3_tiny_swapped_anchor_pair_fails_ge_at_the_decode():
     _assert_clean(_row(report, "ort"))
 
 
+@pytest.mark.slow  # ~45 s on 2 cores; the epsilon test above is the cheap proof
 def test_bert_one_wrong_layernorm_gamma_fails_tf_fused_at_that_layer():
     """Planted: one element of one FusedLayerNorm's gamma off by 5% in the fused
     Keras model, which tf-fused runs; ort runs an export made from a clean copy
