@@ -1,49 +1,28 @@
-"""The float64 judge: where a runtime's output fails against TF float32 (or
-is excused only by the saturated-softmax rule), the same Keras model is run
-again in float64 (its config with every float32 dtype policy made float64,
-the weights copied) and each doubtful output is decided by
-bridge.parity.conditioning.against_float64: is the runtime as close to the
-float64 answer as TF float32 is? A deep model can amplify float32 rounding past
-the tolerance; TF float32 is then no better an answer than the runtime it
-judges, and only a more precise run can tell rounding from a bug.
+"""The float64 twin of a Keras model: its config with every float dtype
+policy made float64, the weights copied, checked to be the model (the copy
+made the same way at float32 must give the model's answer). A deep model can
+amplify float32 rounding past the tolerance; TF float32 is then no better an
+answer than the runtime it judges, and only a more precise run can tell
+rounding from a bug: bridge.parity.truth judges every runtime against this
+twin's answer, and `bridge export`'s check asks it about the outputs that fail.
 
 Only Keras models (a SavedModel's graph is fixed at float32), and only when
-every layer of the copy computes in float64; otherwise the rows stay as they
-were, with a note that says why there is no float64 verdict.
+every layer of the copy computes in float64; otherwise NoFloat64 says why
+there is no float64 verdict.
 """
 from __future__ import annotations
 
-import dataclasses
-import time
-from typing import Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Dict, Mapping, Optional, Sequence
 
 import numpy as np
 
 from bridge.parity import compare as cmp
-from bridge.parity import conditioning
 
 NAME = "tf-float64"
-DESCRIPTION = "the TF model in float64 (judges outputs that differ from TF float32; see the notes)"
 
 
 class NoFloat64(Exception):
     """The model has no float64 twin here; the message says why."""
-
-
-def doubtful(outputs: Mapping[str, cmp.Comparison]) -> bool:
-    """Whether a runtime's comparisons need the float64 run: a float output
-    that failed, or that only the saturated-softmax rule excused."""
-    return any(_needs(c) for c in outputs.values())
-
-
-def _needs(c: cmp.Comparison) -> bool:
-    return np.dtype(c.dtype).kind == "f" and c.status != "pass" and not c.nonfinite
-
-
-# The float dtypes and dtype policies a layer's config may name, all made float64:
-# a mixed_float16 model's layers compute in float16 and keep float32 variables;
-# its float64 twin computes every layer in float64 (the same weights, widened)
-FLOAT_POLICIES = ("float32", "float16", "bfloat16", "mixed_float16", "mixed_bfloat16")
 
 
 def _is_float_policy(v) -> bool:
@@ -166,47 +145,3 @@ def checked_outputs(out: Mapping[str, np.ndarray], output_names: Sequence[str]) 
     if nan:
         raise NoFloat64(f"the float64 run produced NaN in {nan[0]!r}")
     return {k: np.asarray(out[k]) for k in output_names}
-
-
-def rejudge(source, arrays: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray],
-            kept: Mapping[str, Mapping[str, np.ndarray]], results: List, make_row: Callable, log=None) -> None:
-    """Decides the doubtful outputs of the runtimes in `kept` ({runtime:
-    its outputs}) against the float64 run, in place in `results` (the
-    RuntimeResults); appends the float64 run's own row (made by `make_row`,
-    the RuntimeResult class) with TF float32's distance from it per output."""
-    (log or (lambda msg: None))(f"{NAME}: running")
-    t0 = time.perf_counter()
-    try:
-        with source.stages.stage(f"{NAME}: run"):
-            f64 = float64_outputs(source, arrays)
-    except Exception as e:  # noqa: BLE001 - no float64 verdict: the rows stay as they are, saying why
-        why = no_verdict(e)
-        for res in results:
-            if res.name in kept:
-                res.outputs = {k: _with_note(c, f"no float64 verdict: {why}") if _needs(c) else c
-                               for k, c in res.outputs.items()}
-        return
-    tf_vs = {k: cmp.compare(reference[k], f64[k], _tolerance(c)) for r in results if r.name in kept
-             for k, c in r.outputs.items() if _needs(c)}
-    for res in results:
-        if res.name not in kept:
-            continue
-        for k, c in list(res.outputs.items()):
-            if not _needs(c):
-                continue
-            mine = cmp.compare(kept[res.name][k], f64[k], _tolerance(c))
-            excused, note = conditioning.against_float64(res.name, mine, tf_vs[k])
-            res.outputs[k] = dataclasses.replace(c, passed=excused,
-                                                 status=conditioning.ILL_CONDITIONED if excused else "FAIL",
-                                                 note=note)
-    row = make_row(NAME, DESCRIPTION, "reference", run_s=time.perf_counter() - t0)
-    row.outputs = tf_vs  # TF float32 against float64: the model's own float32 error
-    results.append(row)
-
-
-def _tolerance(c: cmp.Comparison):
-    return cmp.Tolerance(c.atol, c.rtol)
-
-
-def _with_note(c: cmp.Comparison, extra: str) -> cmp.Comparison:
-    return dataclasses.replace(c, note=f"{c.note}; {extra}" if c.note else extra)
