@@ -361,7 +361,7 @@ def export(source, output: str, *, mode=None, opset: Optional[int] = None, fuse:
            verbose: bool = False, progress=None, atol: Optional[float] = None, verify: bool = True,
            parser: str = "new", soc_version: str = DEFAULT_SOC, route: str = "builtin", **_) -> ExportResult:
     """The `--to ge` exporter (interface: bridge/commands/export.py)."""
-    from bridge.converters.export_onnx import at_lowest_opset, convert_raw, embed_external
+    from bridge.converters.export_onnx import as_model_outputs, at_lowest_opset, convert_raw, embed_external, renamed_lines
     from bridge.ascend.origins import EXPORT_OPSETS
     from bridge.modelsource import ModelSourceError
     progress = progress or quiet()
@@ -412,7 +412,7 @@ def export(source, output: str, *, mode=None, opset: Optional[int] = None, fuse:
             ref = tf_outputs(fn, feeds, [i.name for i in source.inputs])
             float64 = float64_reference(source, feeds)
             for run, got in run_routes(ge, feeds, route).items():
-                for c in compare_outputs(got, ref, atol, float64=float64):
+                for c in compare_outputs(as_model_outputs(got, ge), ref, atol, float64=float64):
                     c.output = f"{c.output} [{run}]"
                     checks.append(c)
     elif verify:
@@ -427,6 +427,7 @@ def export(source, output: str, *, mode=None, opset: Optional[int] = None, fuse:
     custom = sum(1 for n in ge.graph.node if n.op_type in _custom_types())
     summary.append(f"wrote {output}/ (parser {parser}, opset {opset}, {len(ge.graph.node)} nodes, {custom} custom; "
                    f"ATC pre-flight clean; then: opp/install.sh, atc.sh)")
+    summary += renamed_lines(ge)
     if fixed:
         summary.append(_fixed_line(fixed))
     if route == "custom-op":

@@ -20,6 +20,7 @@ to build its --help.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import re
@@ -280,6 +281,11 @@ def convert_raw(fn, input_signature, *, opset: int, output_names: Optional[Seque
     from .tf2onnx_repairs import scalar_one_hot_depth, split_extra_conv_bias
     from .tf_graph import captured_constants, constants_to_initializers, xla_calls_inlined
     register_all()
+    renames = output_renames(list(output_names or _output_keys(fn, input_signature)),
+                             [spec.name for spec in input_signature])
+    if renames:  # tf2onnx names an output like the input it shadows and then loses the input
+        fn = _outputs_renamed(fn, renames, input_signature)
+        output_names = [renames.get(n, n) for n in output_names] if output_names else None
     concrete = fn.get_concrete_function(*input_signature)
     constants = captured_constants(concrete)
     for catch in (False, True):
@@ -312,8 +318,63 @@ def convert_raw(fn, input_signature, *, opset: int, output_names: Optional[Seque
     if output_names:
         _order_outputs(model, output_names)
     _fill_output_types(model)
+    if renames:
+        entry = model.metadata_props.add()
+        entry.key, entry.value = RENAMED_OUTPUTS, json.dumps({new: old for old, new in renames.items()})
     external = dict(storage.name_to_tensor_data) if use_large and storage is not None else {}
     return model, external
+
+
+# An output named like an input (a serving dict {"seq": f(seq), ...}) cannot keep its name in ONNX, where
+# one name is one value: it becomes NAME_output (NAME_output_1, ... if taken), and the file's metadata
+# (metadata_props[RENAMED_OUTPUTS], JSON {name in the file: the model's name}) maps it back.
+RENAMED_OUTPUTS = "bridge.renamed_outputs"
+
+
+def output_renames(output_names: Sequence[str], input_names: Sequence[str]) -> Dict[str, str]:
+    """{model output name: its name in the ONNX file} for each output named like an input."""
+    taken = set(input_names) | set(output_names)
+    out: Dict[str, str] = {}
+    for name in output_names:
+        if name in input_names:
+            new, i = f"{name}_output", 0
+            while new in taken:
+                i += 1
+                new = f"{name}_output_{i}"
+            taken.add(new)
+            out[name] = new
+    return out
+
+
+def model_output_names(model) -> Dict[str, str]:
+    """{output name in the ONNX file: the model's name} for the outputs the export renamed ({} if none)."""
+    entry = next((p.value for p in model.metadata_props if p.key == RENAMED_OUTPUTS), None)
+    try:
+        names = json.loads(entry) if entry else {}
+    except ValueError:
+        return {}
+    return {str(k): str(v) for k, v in names.items()} if isinstance(names, dict) else {}
+
+
+def as_model_outputs(outputs: Mapping[str, np.ndarray], model) -> Dict[str, np.ndarray]:
+    """Outputs keyed by the ONNX file's names, keyed by the model's instead."""
+    names = model_output_names(model)
+    return {names.get(k, k): v for k, v in outputs.items()}
+
+
+def _output_keys(fn, input_signature) -> List[str]:
+    out = fn.get_concrete_function(*input_signature).structured_outputs
+    return sorted(out) if isinstance(out, Mapping) else []
+
+
+def _outputs_renamed(fn, renames: Mapping[str, str], input_signature):
+    """`fn` (returning a dict) with the keys in `renames` renamed, traced from the same Python code."""
+    import tensorflow as tf
+    inner = getattr(fn, "python_function", fn)
+
+    def call(*args):
+        return {renames.get(k, k): v for k, v in inner(*args).items()}
+    return tf.function(call, input_signature=list(input_signature), autograph=False)
 
 
 def embed_external(model, external: Mapping[str, bytes]):
@@ -497,7 +558,7 @@ def export(source, output: str, *, mode: Optional[str] = None, opset: Optional[i
             feeds = source.sample_inputs(seed=seed)
             ref = tf_outputs(fn, feeds, [i.name for i in source.inputs])
             try:
-                got = run_onnx(staged, feeds, mode)
+                got = as_model_outputs(run_onnx(staged, feeds, mode), onnx_model)
             except Exception as e:  # onnxruntime's own errors (e.g. a Reshape tf2onnx's optimizer got wrong)
                 raise ExportError(f"onnxruntime cannot run the export (not written): {_first_line(e)}. This is a "
                                   f"fault of the converted graph, not of the model: try another --opset, and "
@@ -521,8 +582,20 @@ def export(source, output: str, *, mode: Optional[str] = None, opset: Optional[i
                             checks=checks, seconds=dict(progress.seconds), details=details,
                             not_written=NOT_WRITTEN)
     summary.append(f"wrote {files[0]} {what}")
+    summary += renamed_lines(onnx_model)
     return ExportResult(output=files[0], format="onnx", files=files, summary=summary, checks=checks,
                         seconds=dict(progress.seconds), details=details)
+
+
+def renamed_lines(model) -> List[str]:
+    """The summary's word on outputs the export renamed (see RENAMED_OUTPUTS)."""
+    from bridge.untrusted import shown
+    names = model_output_names(model)
+    if not names:
+        return []
+    pairs = ", ".join(f"{shown(old)} -> {shown(new)}" for new, old in names.items())
+    return [f"outputs named like an input are renamed in the file (an ONNX name is one value): {pairs}; "
+            f"metadata {RENAMED_OUTPUTS} maps them back"]
 
 
 def _first_line(e: BaseException) -> str:

@@ -89,12 +89,19 @@ class OnnxRuntime(Runtime):
     def _outputs(self) -> List[str]:
         return [o.name for o in self.model.graph.output]
 
+    def _as_model_outputs(self, own: Mapping[str, np.ndarray], order: Sequence[str]) -> Arrays:
+        """outputs_by_name, after the export's renames are undone (an output named like
+        an input is NAME_output in the file: export_onnx.RENAMED_OUTPUTS)."""
+        renamed = export_names(self.model)
+        return self.outputs_by_name({renamed.get(k, k): v for k, v in own.items()},
+                                    order=[renamed.get(k, k) for k in order])
+
     def run(self, inputs: Mapping[str, np.ndarray]) -> Arrays:
         if self._run is None:
             self._run = self.executor(self._plain())
         names = self._outputs()
         arrays = self._run(self.feeds(inputs), names)
-        return self.outputs_by_name(dict(zip(names, arrays)), order=names)
+        return self._as_model_outputs(dict(zip(names, arrays)), names)
 
     # -- per layer -------------------------------------------------------------
     def layer_map(self) -> Dict[str, List[str]]:
@@ -121,7 +128,7 @@ class OnnxRuntime(Runtime):
         run = self.executor(self._marked(tensors))
         wanted = outs + [t for t in tensors if t not in outs]
         arrays = dict(zip(wanted, run(self.feeds(inputs), wanted)))
-        outputs = self.outputs_by_name({o: arrays[o] for o in outs}, order=outs)
+        outputs = self._as_model_outputs({o: arrays[o] for o in outs}, outs)
         producer = {o: node.name for node in self.model.graph.node for o in node.output}
         layers = {n: onnx_graph.Candidates.of([arrays[t] for t in mapping[n]], mapping[n],
                                               [producer.get(t, "") for t in mapping[n]])
@@ -201,3 +208,9 @@ def ort_executor(session) -> Executor:
     def run(feeds, names):
         return session.run(list(names), feeds)
     return run
+
+
+def export_names(model) -> Dict[str, str]:
+    """{output name in an export: the model's} for the outputs bridge's export renamed."""
+    from bridge.converters.export_onnx import model_output_names
+    return model_output_names(model)

@@ -12,7 +12,7 @@ output order (`output_layout`), which is the order msame writes them in.
 from __future__ import annotations
 
 from bridge.ascend.origins import DEFAULT_OPSET
-from bridge.parity.onnx_base import OnnxRuntime
+from bridge.parity.onnx_base import OnnxRuntime, export_names
 from bridge.parity.runtime import canonical_names
 
 
@@ -49,7 +49,8 @@ class GE(OnnxRuntime):
         return model
 
     def output_layout(self, source):
-        own = [o.name for o in source.onnx_ge().graph.output]
+        renamed = export_names(source.onnx_ge())
+        own = [renamed.get(o.name, o.name) for o in source.onnx_ge().graph.output]
         mapping = canonical_names(own, source.output_names)
         if mapping is None:  # no name in common: the model's outputs are in the reference's order
             return list(source.output_names), {}
