@@ -32,7 +32,7 @@ import numpy as np
 from bridge import ops as _specs
 
 from .fuse_report import FuseReport
-from .graph_model import GraphModel, load
+from .graph_model import GraphModel, GraphModelError, load
 from .graph_region import GraphIndex, Region, producer, ref
 
 TOLERANCE = 1e-6
@@ -44,7 +44,15 @@ def fuse_graph(model, inputs: Optional[Sequence[str]] = None, outputs: Optional[
     """(fused GraphModel, FuseReport). `model`: a SavedModel folder or loaded
     object, a ConcreteFunction, a GraphModel, a GraphDef or a frozen `.pb` (with
     `inputs`/`outputs` tensor names)."""
-    gm = load(model, inputs, outputs, name)
+    try:
+        gm = load(model, inputs, outputs, name)
+    except GraphModelError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a graph TensorFlow cannot freeze (e.g. lookup tables): as it is
+        report = FuseReport(model=name or getattr(model, "name", None) or str(model), road="graph")
+        report.notes.append(f"the graph cannot be frozen for rewriting ({_first_line(e)}); the model passes "
+                            f"through unfused")
+        return model, report
     report = FuseReport(model=gm.name, road="graph")
     patterns = [(spec, p) for spec in _specs.all_specs() for p in spec.graph_fusion]
     if not patterns:
@@ -66,7 +74,7 @@ def fuse_graph(model, inputs: Optional[Sequence[str]] = None, outputs: Optional[
                     continue
                 found = _match(spec, pattern, region)
             except Exception as e:  # noqa: BLE001 - a pattern that trips on a graph: a near miss, not a crash
-                found = f"{type(e).__name__} while matching: {str(e).splitlines()[0][:160] if str(e) else ''}"
+                found = f"while matching: {_first_line(e)}"
             if isinstance(found, str):
                 misses.append((pattern.key, region, found))
                 continue
@@ -90,6 +98,11 @@ def fuse_graph(model, inputs: Optional[Sequence[str]] = None, outputs: Optional[
     fused = gm.replace(rewrite(gm, index, plans), f"{gm.name}_fused")
     report.fused_model = fused.name
     return fused, report
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0][:160]}" if text else type(e).__name__
 
 
 def _match(spec, pattern, region: Region):

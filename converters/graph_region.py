@@ -148,9 +148,14 @@ class GraphIndex:
         if self._shapes is None:
             import tensorflow as tf
             graph = tf.Graph()
-            with graph.as_default():
-                tf.graph_util.import_graph_def(self.graph_def, name="")
+            try:
+                with graph.as_default():
+                    tf.graph_util.import_graph_def(self.graph_def, name="")
+            except Exception:  # noqa: BLE001 - e.g. an op no loaded library registers: no static shapes
+                graph = False
             self._shapes = graph
+        if self._shapes is False:
+            return None
         try:
             shape = self._shapes.get_tensor_by_name(ref(tensor)).shape
         except (KeyError, ValueError):
