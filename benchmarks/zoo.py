@@ -309,8 +309,8 @@ def models() -> List[ZooModel]:
             ZooModel("minilm", "built-in", lambda size: "minilm", lambda size: "tokens")]
     # every keras.applications and keras_hub model again as a SavedModel (model.export): graph-level
     # fusion must fuse what its .keras row fuses (summary: "SavedModel rows")
-    out += [ZooModel(f"{m.name}{SAVED_SUFFIX}", f"{m.family} (SavedModel)", m.build, m.shapes, m.min_size,
-                     m.name in QUICK_SAVED, saved=True)
+    out += [ZooModel(f"{m.name}{SAVED_SUFFIX}", m.family, m.build, m.shapes, m.min_size, m.name in QUICK_SAVED,
+                     saved=True)
             for m in list(out) if m.family in ("keras.applications", "keras_hub")]
     # models as teams have them: no --input-shape (only the batch is open)
     out += [ZooModel("lstm-bigru-tagger", "keras (user)", _tagger, lambda size: {}),
