@@ -22,7 +22,8 @@ def parity(model: Any, runtimes: Union[None, str, Sequence[str]] = None, per_lay
            save_inputs: Optional[str] = None,
            load_outputs: Union[None, Mapping[str, str], Sequence[Tuple[str, str]]] = None,
            progress: ProgressArg = False, op_spec: Sequence = (), op_library: Sequence = (), imports: Sequence = (),
-           ort_library: Sequence = (), litert_library: Optional[str] = None):
+           ort_library: Sequence = (), litert_library: Optional[str] = None, task: Optional[str] = None,
+           preprocess=None):
     """Runs `model` on every runtime here (or those named in `runtimes`, a list
     or "a,b") and compares each output with the reference, as `bridge parity
     MODEL` does. Returns a bridge.parity.ParityReport: `.passed`, `.rows`,
@@ -30,8 +31,11 @@ def parity(model: Any, runtimes: Union[None, str, Sequence[str]] = None, per_lay
 
     `model`: a built-in name, a .keras file, a SavedModel folder, an .onnx file,
     a keras.Model, a loaded SavedModel, an onnx.ModelProto or a tf.function /
-    ConcreteFunction with an input signature. `inputs`: {input name: array} or an
-    .npz file (else seeded inputs of `batch`, `input_shapes` and `seed`).
+    ConcreteFunction with an input signature. `inputs`: {input name: array}, an
+    .npz or .npy file, or a folder of .npy files and/or images (bridge.parity.real_inputs;
+    images need `preprocess`: "scale-0-1", "caffe", "tf", "MODULE:FUNC" or a callable);
+    else seeded inputs of `batch`, `input_shapes` and `seed`. `task`: "classify",
+    "detect" or "embed" adds answer-level agreement (bridge.parity.task; `.task`).
     `atol`/`rtol`: a number for every output or {output name: number}.
     `onnx`: an ONNX export to use instead of bridge's own. `load_outputs`:
     {runtime name: .npz file or msame folder} produced elsewhere. `progress`:
@@ -45,7 +49,8 @@ def parity(model: Any, runtimes: Union[None, str, Sequence[str]] = None, per_lay
     try:
         team_ops.load_imports(imports)  # --import: a team's Keras classes and op specs, first
         return _parity(model, runtimes, per_layer, inputs, batch, input_shapes, seed, atol, rtol, config, onnx,
-                       save_inputs, load_outputs, progress, op_spec, op_library, ort_library, litert_library)
+                       save_inputs, load_outputs, progress, op_spec, op_library, ort_library, litert_library,
+                       task, preprocess)
     except Exception as e:
         found = build_error_behind(e)
         if found is None or found is e:
@@ -54,8 +59,8 @@ def parity(model: Any, runtimes: Union[None, str, Sequence[str]] = None, per_lay
 
 
 def _parity(model, runtimes, per_layer, inputs, batch, input_shapes, seed, atol, rtol, config, onnx, save_inputs,
-            load_outputs, progress, op_spec, op_library, ort_library, litert_library):
-    from bridge.parity import inputs as inputs_mod
+            load_outputs, progress, op_spec, op_library, ort_library, litert_library, task=None, preprocess=None):
+    from bridge.parity import real_inputs
     from bridge.parity.inputs import InputError
     from bridge.parity.runner import run_parity
     lines = sink(progress)
@@ -82,16 +87,19 @@ def _parity(model, runtimes, per_layer, inputs, batch, input_shapes, seed, atol,
         from bridge.api.model import live
         model = live(model)
     if isinstance(inputs, (str, os.PathLike)):
-        given = inputs_mod.load(os.fspath(inputs))
+        given = real_inputs.open_inputs(inputs, preprocess)
+    elif preprocess is not None and not isinstance(inputs, real_inputs.RealInputs):
+        raise InputError("--preprocess applies to images read from --inputs DIR")
     else:
-        given = None if inputs is None else dict(inputs)
-    if given is not None and input_shapes:
-        raise InputError("--input-shape and --load-inputs exclude each other (the file fixes the shapes)")
+        given = inputs if inputs is None or isinstance(inputs, real_inputs.RealInputs) else dict(inputs)
+    if given is not None and input_shapes and not getattr(given, "images", None):
+        raise InputError("--input-shape and --inputs exclude each other (the file fixes the shapes; images are "
+                         "resized to it)")
     loaded = list(load_outputs.items()) if isinstance(load_outputs, Mapping) else list(load_outputs or ())
     return run_parity(model, runtimes=runtimes, batch=batch, input_shapes=input_shapes or None, seed=seed,
                       atol=_tolerance(atol, "--atol"), rtol=_tolerance(rtol, "--rtol"), per_layer=per_layer,
                       inputs=given, save_inputs=save_inputs, load_outputs=loaded, config=dict(config or {}),
-                      onnx_file=onnx, log=log)
+                      onnx_file=onnx, log=log, task=task)
 
 
 def _tolerance(value: Tolerance, flag: str) -> dict:

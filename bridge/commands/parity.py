@@ -41,6 +41,16 @@ Numbers (table, --json, --csv): cosine similarity, RMSE, max abs / max rel,
 mean rel, relative Euclidean distance, error quantiles p50/p99/p99.9, elements
 past the bound; --csv uses msit's column names where they mean the same.
 
+Real inputs (--inputs): an .npz, an .npy, or a folder of NAME.npy and/or
+images (--preprocess scale-0-1|caffe|tf|MODULE:FUNC|FILE.py:FUNC; resized to
+the model's H x W). --task classify|detect|embed adds answer-level agreement
+per runtime against TF float32 and float64: top-1 (>= 0.99) and top-5
+overlap; boxes decoded from boxes/objectness/class_probs (score >= 0.25,
+NMS 0.45) matched at IoU >= 0.5 and the same class (>= 0.95); the smallest
+embedding cosine (>= 0.99). A quantized export (tflite-float16,
+tflite-dynamic) whose outputs are past their elementwise bound is judged by
+the task instead, and says so; other runtimes are judged elementwise.
+
 Exit codes: 0 every runtime agrees (or is ill-conditioned), 1 a runtime disagrees or fails (or the
 reference produced NaN), 2 usage error (unknown runtime, bad file, bad shape)."""
 
@@ -77,7 +87,17 @@ def add_arguments(p):
     p.add_argument("--report", metavar="DIR", help="write DIR/report.html: one self-contained page with the "
                    "verdicts, the first divergence and plots (needs matplotlib: the report extra)")
     p.add_argument("--save-inputs", metavar="F", help="write the inputs used to F (.npz)")
-    p.add_argument("--load-inputs", metavar="F", help="read the inputs from F (.npz keyed by input name)")
+    p.add_argument("--inputs", metavar="DIR|FILE", help="real inputs: an .npz (one array per input), an .npy "
+                   "(a single-input model takes any single array), or a folder of NAME.npy files and/or images "
+                   "(.png/.jpg/.bmp: the batch of the one image input, resized to its H x W; needs --preprocess)")
+    p.add_argument("--preprocess", metavar="HOW", help="how images become inputs: scale-0-1 (x/255), caffe (BGR "
+                   "minus the ImageNet mean), tf (x/127.5-1, in [-1,1]), or MODULE:FUNC / FILE.py:FUNC (called "
+                   "with the float32 batch [N,H,W,C] in 0..255 RGB, returning the same shape)")
+    p.add_argument("--task", choices=("classify", "detect", "embed"), help="add answer-level agreement per "
+                   "runtime against the reference and float64: top-1/top-5 (classify), matched boxes of the decoded "
+                   "outputs (detect), cosine of embeddings (embed); quantized TFLite exports are judged by it "
+                   "(bridge.parity.task states the thresholds)")
+    p.add_argument("--load-inputs", metavar="F", help="read the inputs from F (as --inputs)")
     p.add_argument("--load-outputs", action="append", metavar="RUNTIME=F",
                    help="compare outputs produced elsewhere: an .npz keyed by output name, or a folder of raw .bin "
                         "files as Ascend's msame writes them (shapes and dtypes from the model)")
@@ -98,6 +118,20 @@ def _tolerances(items, flag):
             raise UsageError(f"{flag} {item!r}: must be a non-negative number")
         out[name if sep else ""] = number
     return out
+
+
+def _inputs(args):
+    """--inputs (or its older name --load-inputs), read; images wait for the model's size."""
+    from bridge.cli import UsageError
+    from bridge.parity import real_inputs
+    if args.inputs and args.load_inputs:
+        raise UsageError("--inputs and --load-inputs are one option: give one")
+    path = args.inputs or args.load_inputs
+    if path is None:
+        if args.preprocess:
+            raise UsageError("--preprocess applies to images read from --inputs DIR")
+        return None
+    return real_inputs.open_inputs(path, args.preprocess, "--inputs" if args.inputs else "--load-inputs")
 
 
 def _write_json(path, data):
@@ -122,11 +156,11 @@ def run(args) -> int:
         except html_report.ReportError as e:
             raise UsageError(str(e)) from None
     try:
-        report = parity(args.model, runtimes=args.runtimes, per_layer=args.per_layer, inputs=args.load_inputs,
+        report = parity(args.model, runtimes=args.runtimes, per_layer=args.per_layer, inputs=_inputs(args),
                         batch=args.batch, input_shapes=args.input_shape or None, seed=args.seed,
                         atol=_tolerances(args.atol, "--atol"), rtol=_tolerances(args.rtol, "--rtol"),
                         config=parse_config(args.config), onnx=args.onnx, save_inputs=args.save_inputs,
-                        load_outputs=parse_load_outputs(args.load_outputs),
+                        load_outputs=parse_load_outputs(args.load_outputs), task=args.task,
                         progress=not (args.quiet or args.json == "-"))
     except InputError as e:
         raise UsageError(str(e)) from None

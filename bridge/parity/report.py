@@ -146,6 +146,8 @@ def render_report(report, colour: Optional[bool] = None) -> str:
     judged = any(r.name == FLOAT64 and r.status == "reference" for r in report.runtimes)
     lines.insert(1, f"judge: the model in float64 ({FLOAT64}); an element passes within the bound or {RULE}"
                  if judged else f"judge: {report.reference or '-'} (no float64 run: see the notes)")
+    if getattr(report, "task", None):  # --task: answer-level agreement (bridge.parity.task)
+        lines += ["", report.task.table(colour)]
     if report.per_layer:
         lines += ["", layers_table(report, colour)]
     lines += ["", verdict(report) + f"  [{report.seconds:.1f}s]"]

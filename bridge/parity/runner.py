@@ -16,6 +16,8 @@ from bridge.parity import float64 as float64_mod
 from bridge.parity.conditioning import ILL_CONDITIONED
 from bridge.parity import inputs as inputs_mod
 from bridge.parity import loaded as loaded_mod
+from bridge.parity import real_inputs
+from bridge.parity import task as task_mod
 from bridge.parity import truth as truth_mod
 from bridge.parity.inputs import InputError
 from bridge.parity.onnx_base import fused_blocks
@@ -102,6 +104,7 @@ class ParityReport(ReportViews):
     problem: str = ""           # why nothing could be judged (no reference, nothing compared)
     stages: List[dict] = field(default_factory=list)   # bridge.parity.stages rows: time and peak memory
     peak_rss_mb: Optional[float] = None                  # the process's peak resident memory during the run
+    task: Optional[task_mod.TaskReport] = None           # --task: answer-level agreement per runtime
 
     @property
     def passed(self) -> bool:
@@ -118,7 +121,8 @@ class ParityReport(ReportViews):
                 "inputs": {k: {"shape": list(s), "dtype": d} for k, (s, d) in self.inputs.items()},
                 "runtimes": [r.to_json() for r in self.runtimes],
                 "stages": list(self.stages),
-                "peak_rss_mb": None if self.peak_rss_mb is None else round(self.peak_rss_mb, 1)}
+                "peak_rss_mb": None if self.peak_rss_mb is None else round(self.peak_rss_mb, 1),
+                "task": self.task.to_json() if self.task else None}
 
 
 def _built_for(model, inputs: Mapping[str, np.ndarray], config: Optional[dict]) -> Optional[dict]:
@@ -143,7 +147,7 @@ def run_parity(model, *, runtimes: Optional[Sequence[str]] = None, batch: int = 
                per_layer: bool = False, inputs: Optional[Mapping[str, np.ndarray]] = None,
                save_inputs: Optional[str] = None, load_outputs: Sequence[Tuple[str, str]] = (),
                config: Optional[dict] = None, onnx_file: Optional[str] = None,
-               source: Optional[ModelSource] = None, log=None) -> ParityReport:
+               source: Optional[ModelSource] = None, log=None, task: Optional[str] = None) -> ParityReport:
     """The whole parity check. `model`: see `open_source` (or pass `source`).
     `input_shapes`: `--input-shape` items (["image:1,96,96,3"]) or a dict.
     `atol`/`rtol`: {"" : global override, output name: per-output override}.
@@ -159,19 +163,21 @@ def run_parity(model, *, runtimes: Optional[Sequence[str]] = None, batch: int = 
         if unknown:
             raise InputError(f"unknown runtime {unknown[0]!r}; known: {', '.join(list(adapters) + list(broken))}")
     owns_source = source is None
-    if owns_source and inputs is not None and not input_shapes:
-        config = _built_for(model, inputs, config)
+    hint = inputs.shapes_hint() if isinstance(inputs, real_inputs.RealInputs) else inputs  # images: the model's size
+    if owns_source and hint is not None and not input_shapes:
+        config = _built_for(model, hint, config)
     source = source or open_source(model, config=config, onnx_file=onnx_file, input_shapes=input_shapes)
     try:
         return _run(source, adapters, broken, runtimes, batch, seed, atol, rtol, per_layer,
-                    inputs, save_inputs, loaded, start, log)
+                    inputs, save_inputs, loaded, start, log, task)
     finally:
         if owns_source:
             source.close()
 
 
 def _run(source, adapters, broken, wanted, batch, seed, atol, rtol, per_layer, given_inputs,
-         save_inputs, loaded, start, log) -> ParityReport:
+         save_inputs, loaded, start, log, task=None) -> ParityReport:
+    tasks = task_mod.TaskReport(task) if task else None
     ref_name = next((n for n, c in adapters.items() if source.kind in c.reference_for), None)
     for name in list(wanted or []):
         cls = adapters.get(name)
@@ -187,6 +193,8 @@ def _run(source, adapters, broken, wanted, batch, seed, atol, rtol, per_layer, g
     names = [n for n in names if n not in loaded_names or n == ref_name]
 
     # inputs: loaded or generated, then fixed for every runtime
+    if isinstance(given_inputs, real_inputs.RealInputs):
+        given_inputs = given_inputs.resolve(source.inputs)
     if given_inputs is not None:
         arrays = inputs_mod.check(source.inputs, given_inputs, "--load-inputs")
     else:
@@ -274,6 +282,8 @@ def _run(source, adapters, broken, wanted, batch, seed, atol, rtol, per_layer, g
                 continue
             reference_out = {k: np.asarray(outputs[k]) for k in source.output_names}
             reference_layers = {k: np.asarray(v) for k, v in layers.items()}
+            if tasks:
+                tasks.start(name, reference_out)
             nan = _first_nan(reference_out)
             if nan:  # the others are still run and compared: their rows say who else has it
                 res.status, res.reason = "error", nan
@@ -285,10 +295,14 @@ def _run(source, adapters, broken, wanted, batch, seed, atol, rtol, per_layer, g
                 no_truth = float64_mod.no_verdict(e)
             else:  # TF float32's layers are measured; from here on the float64 ones are the reference
                 reference_layers = truth.layers
+                if tasks:
+                    tasks.attach(res, reference_out, None, truth.outputs)
             continue
         own = _own_tolerance(getattr(rt, "tolerance", None))
         res.outputs = _compare_outputs(outputs, reference_out, atol, rtol, res, own, truth,
                                        precision=source.output_precision())
+        if tasks:
+            tasks.attach(res, outputs, reference_out, truth.outputs if truth else None, getattr(rt, "quantize", None))
         if per_layer and reference_layers:
             res.layers = _compare_layers(layers, reference_layers, atol, rtol, own, truth)
 
@@ -299,6 +313,8 @@ def _run(source, adapters, broken, wanted, batch, seed, atol, rtol, per_layer, g
             got = loaded_mod.load_outputs(path, reference_out, f"--load-outputs {name}", order=order, aliases=aliases)
             res.outputs = _compare_outputs(got, reference_out, atol, rtol, res, truth=truth,
                                            precision=source.output_precision())
+            if tasks:
+                tasks.attach(res, got, reference_out, truth.outputs if truth else None)
             results.append(res)
         if truth is not None:  # its row: TF float32's own distance from float64, per output and per layer
             row = RuntimeResult(truth_mod.NAME, truth_mod.DESCRIPTION, "reference", run_s=truth.seconds)
@@ -323,7 +339,8 @@ def _run(source, adapters, broken, wanted, batch, seed, atol, rtol, per_layer, g
         problem = "no runtime besides the reference could run, so nothing was compared"
     return ParityReport(source.label, source.kind, ref_name or "", seed,
                         {k: (tuple(v.shape), v.dtype.name) for k, v in arrays.items()}, results, per_layer,
-                        time.perf_counter() - start, problem, source.stages.to_json(), source.stages.peak_mb())
+                        time.perf_counter() - start, problem, source.stages.to_json(), source.stages.peak_mb(),
+                        task=tasks)
 
 
 def _loaded_layout(cls, source) -> Tuple[Optional[List[str]], Dict[str, str], str]:
