@@ -277,6 +277,18 @@ def _tagger(size):
     return keras.Model(x, layers.Dense(5, name="tags")(h), name="tagger")
 
 
+def _text_classifier(size):
+    """A text classifier of any length (keras.Input((None,), dtype="int32")): no --input-shape, the export
+    keeps the length open and the roads run at bridge's sample length."""
+    import keras
+    from keras import layers
+    ids = keras.Input((None,), dtype="int32", name="token_ids")
+    h = layers.Embedding(97, 16)(ids)
+    h = layers.LayerNormalization()(layers.Dense(16, activation="relu")(h))
+    h = layers.GlobalAveragePooling1D()(h)
+    return keras.Model(ids, layers.Dense(4, activation="softmax", name="probs")(h), name="text_classifier")
+
+
 def _mixed_cnn(size):
     """A mixed_float16 classifier (Keras' mixed-precision recipe): float16 compute, float32 logits."""
     import keras
@@ -314,11 +326,16 @@ def models() -> List[ZooModel]:
             for m in list(out) if m.family in ("keras.applications", "keras_hub")]
     # models as teams have them: no --input-shape (only the batch is open)
     out += [ZooModel("lstm-bigru-tagger", "keras (user)", _tagger, lambda size: {}),
-            ZooModel("mixed-float16-cnn", "keras (user)", _mixed_cnn, lambda size: {})]
+            ZooModel("mixed-float16-cnn", "keras (user)", _mixed_cnn, lambda size: {}),
+            ZooModel("text-classifier-dynamic", "keras (user)", _text_classifier, lambda size: {}, quick=True)]
+    # keras_hub backbones as keras_hub saves them: every dim but the hidden size open, no --input-shape
+    out += [ZooModel(cls.replace("Backbone", "").lower() + "-hub-dynamic", "keras_hub", _hub(cls, HUB[cls][0]),
+                     lambda size: {}) for cls in DYNAMIC_HUB]
     return out
 
 
 SAVED_SUFFIX = "-savedmodel"
+DYNAMIC_HUB = ("BertBackbone", "GPT2Backbone")   # rows with their sequence length left open
 QUICK_SAVED = ("cspnet-hub",)   # --quick's SavedModel row: 13 Conv-BN-LeakyReLU blocks at slope 0.01
 
 
@@ -571,7 +588,7 @@ def run_model(zm: ZooModel, size: int, work: str, repeat: int = 20, roads=ROADS)
     else:
         args[0] = built
     feeds = [src.sample_inputs(seed=0)]  # parity's input
-    row.size = ",".join("x".join(map(str, i.shape)) for i in src.inputs)
+    row.size = ",".join("x".join("?" if d is None else str(d) for d in i.shape) for i in src.inputs)
 
     # bridge export --to onnx (custom): the timed export, the file the speed run uses
     onnx_path = os.path.join(work, f"{zm.name}.onnx")

@@ -114,6 +114,8 @@ def test_quick_sweep(tmp_path):
         assert sorted(r["errors"]) == defaults, (r["model"], sorted(r["errors"]))
         assert r["plain"] and r["export_s"] > 0 and r["ort_ms"] > 0, r
         assert max(r["errors"].values()) < 1e-3, (r["model"], r["errors"])
+    dynamic = next(r for r in rows if r["model"] == "text-classifier-dynamic")  # no --input-shape given
+    assert dynamic["size"] == "?x?", dynamic
     tiny = next(r for r in rows if r["model"] == "yolov3-tiny")
     assert tiny["fused"].get("conv_bn_leaky", 0) > 0 and tiny["plain_ort_ms"] > 0
     assert "plain tf2onnx" in proc.stdout and "models built" in proc.stdout
