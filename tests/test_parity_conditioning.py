@@ -210,8 +210,9 @@ def test_parity_float64_judge_fails_planted_bugs(cancelling, bug):
 
 def test_float64_twin_of_nested_models_and_what_it_refuses(rng):
     """The twin computes every layer in float64 (a nested Sequential too), with
-    the same weights: numpy float64 on those weights agrees to rounding; a layer
-    left at a lower precision (a mixed_float16 policy) gets no twin."""
+    the same weights: numpy float64 on those weights agrees to rounding; a
+    mixed_float16 layer too (its policy made float64); a layer that keeps a lower
+    precision whatever its config says gets no twin."""
     import keras
     from bridge.parity.float64 import NoFloat64, keras_float64
     inp = keras.Input((5,))
@@ -223,9 +224,19 @@ def test_float64_twin_of_nested_models_and_what_it_refuses(rng):
     want = np.tanh(np.maximum(x @ w1 + b1, 0) @ w2 + b2)
     got = np.asarray(twin(x))
     assert got.dtype == np.float64 and np.abs(got - want).max() < 1e-12
-    odd = keras.Model(inp, keras.layers.Dense(2, dtype="mixed_float16")(inp))
+    mixed = keras.Model(inp, keras.layers.Dense(2, dtype="mixed_float16")(inp))
+    w, b = [np.asarray(v, np.float64) for v in mixed.get_weights()]
+    got = np.asarray(keras_float64(mixed)(x))
+    assert got.dtype == np.float64 and np.abs(got - (x @ w + b)).max() < 1e-12
+
+    @keras.saving.register_keras_serializable(package="test_float64_half")
+    class Half(keras.layers.Dense):
+        def __init__(self, units, **kw):
+            kw["dtype"] = "float16"  # whatever the config says
+            super().__init__(units, **kw)
+
     with pytest.raises(NoFloat64, match="does not compute in float64"):
-        keras_float64(odd)
+        keras_float64(keras.Model(inp, Half(2)(inp)))
 
 
 def test_a_copy_that_is_not_the_model_gives_no_float64_verdict(tmp_path):
