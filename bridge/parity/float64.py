@@ -25,6 +25,12 @@ class NoFloat64(Exception):
     """The model has no float64 twin here; the message says why."""
 
 
+# The float dtypes and dtype policies a layer's config may name, all made float64:
+# a mixed_float16 model's layers compute in float16 and keep float32 variables;
+# its float64 twin computes every layer in float64 (the same weights, widened)
+FLOAT_POLICIES = ("float32", "float16", "bfloat16", "mixed_float16", "mixed_bfloat16")
+
+
 def _is_float_policy(v) -> bool:
     if isinstance(v, str):
         return v in FLOAT_POLICIES
