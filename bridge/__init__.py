@@ -6,6 +6,7 @@ TFLite, Ascend), with numeric parity proven on each.
     report = bridge.parity(model, per_layer=True)                   # -> ParityReport
     fused, fusion_report = bridge.fuse(model)
     bridge.inspect("model.onnx"); bridge.ops(); bridge.register_op("my_op.py", library="build/")
+    bridge.build(); bridge.check_ascend("bundle/model.onnx"); bridge.check_cuda(emulate=True)
 
 `model` is a keras.Model, a tf.function with an input signature, a path or a
 built-in name; every failure is a `bridge.BridgeError` with the CLI's message.
@@ -38,6 +39,9 @@ _API = {
     "fuse": ("bridge.api.fuse", "fuse"),
     "inspect": ("bridge.api.inspect", "inspect"),
     "register_op": ("bridge.api.team_ops", "register_op"),
+    "build": ("bridge.api.build", "build"),
+    "check_cuda": ("bridge.api.cuda", "check_cuda"),
+    "check_ascend": ("bridge.api.ascend", "check_ascend"),
     "ExportResult": ("bridge.exporting", "ExportResult"),
     "ParityReport": ("bridge.parity.runner", "ParityReport"),
     "FusionReport": ("bridge.converters.fuse_report", "FuseReport"),
@@ -49,13 +53,15 @@ _API = {
     "BuildError": ("bridge.native", "BuildError"),
     "SpecError": ("bridge.ops.registry", "SpecError"),
     "InspectError": ("bridge.tflite_inspect", "InspectError"),
+    "GraphModelError": ("bridge.converters.graph_model", "GraphModelError"),
+    "ImportFailed": ("bridge.team_imports", "ImportFailed"),
 }
 # subpackages that are functions too: calling the module calls this
 _CALLS = {"bridge.ops": ("bridge.api.ops", "ops"), "bridge.parity": ("bridge.api.parity", "parity")}
 
-__all__ = ["export", "parity", "fuse", "inspect", "ops", "register_op", "ExportResult", "ParityReport",
-           "FusionReport", "BridgeError", "LibraryError", "ModelSourceError", "OptionError", "ExportError",
-           "BuildError", "SpecError", "InspectError"]
+__all__ = ["export", "parity", "fuse", "inspect", "ops", "register_op", "build", "check_cuda", "check_ascend",
+           "ExportResult", "ParityReport", "FusionReport", "BridgeError", "LibraryError", "ModelSourceError",
+           "OptionError", "ExportError", "BuildError", "SpecError", "InspectError", "GraphModelError", "ImportFailed"]
 
 
 class _CallablePackage(types.ModuleType):

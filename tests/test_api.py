@@ -283,3 +283,27 @@ def test_imports_are_what_the_import_flag_does(tmp_path, keras_model):
     with pytest.raises(bridge.BridgeError, match="no_such_team_module") as caught:
         bridge.parity(keras_model, runtimes=["ort"], imports=["no_such_team_module"])
     assert "\n" not in str(caught.value)
+
+
+def test_build_check_ascend_and_check_cuda_are_what_their_commands_print(tmp_path, capsys, keras_model, monkeypatch):
+    from bridge.cli import main
+    (record,) = bridge.build("ort")  # cached: found, not rebuilt
+    assert record["target"] == "ort" and __import__("os").path.isfile(record["library"])
+    with pytest.raises(bridge.OptionError, match="unknown target 'nope'; choose from tf_ops, ort"):
+        bridge.build(["nope"])
+    path = str(tmp_path / "m.onnx")
+    bridge.export(keras_model, to="onnx", output=path, verify=False)
+    found = bridge.check_ascend(path)
+    # no plugin package beside a plain ONNX file: ATC would reject each com.bridge node
+    assert not found.clean and {f.op_type for f in found.findings} >= {"YoloConvBnLeaky", "FusedLayerNorm"}
+    assert main(["ascend", "check", path, "--json"]) == 1
+    assert json.loads(capsys.readouterr().out) == json.loads(json.dumps(found.to_json()))
+    with pytest.raises(bridge.OptionError, match="no such file"):
+        bridge.check_ascend(str(tmp_path / "none.onnx"))
+    from bridge import cuda_check
+
+    def no_headers(emulate):
+        raise bridge.BuildError("the CUDA headers were not found (planted)")
+    monkeypatch.setattr(cuda_check, "choose", no_headers)
+    with pytest.raises(bridge.BuildError, match="planted"):
+        bridge.check_cuda(emulate=True)

@@ -7,11 +7,7 @@ import sys
 NAME = "build"
 TAKES_IMPORTS = False  # loads no model: --import is for the commands that do
 HELP = "build the native libraries (TensorFlow ops, onnxruntime kernels) into the cache"
-TARGETS = ("tf_ops", "ort")
-# Built on request only: the CUDA kernels behind a C ABI (needs nvcc), and the same
-# kernels for the CPU emulator (needs the CUDA headers, no GPU).
-ON_REQUEST = ("cuda_harness", "cuda_emulator", "tflite")  # tflite: the LiteRT kernels (ai-edge-litert)
-
+from bridge.api.build import ON_REQUEST, TARGETS  # noqa: F401  (the choices; cheap: no native import)
 
 def add_arguments(p):
     p.add_argument("targets", nargs="*", metavar="TARGET",
@@ -25,42 +21,17 @@ def add_arguments(p):
                    help="print each library's build record (path, CPU flags, compiler, ...) as JSON")
 
 
-def _is_folder(target: str) -> bool:
-    import os
-    from bridge.native import is_litert_folder
-    return os.path.isfile(os.path.join(target, "CMakeLists.txt")) or is_litert_folder(target)
-
-
 def run(args) -> int:
+    """argparse over bridge.api.build.build (the one implementation)."""
     from bridge import native
+    from bridge.api.build import build
     from bridge.cli import UsageError
-    targets = args.targets or list(TARGETS)
-    unknown = [t for t in targets if t not in TARGETS + ON_REQUEST and not _is_folder(t)]
-    if unknown:
-        raise UsageError(f"unknown target {unknown[0]!r}; choose from {', '.join(TARGETS + ON_REQUEST)}, "
-                         f"or give a team op library's CMake folder")
-    portable = True if args.portable else None
-    records = []
+    from bridge.exporting import OptionError
     try:
-        for target in targets:
-            if target == "tf_ops":
-                b = native.tf_ops_build(cuda=args.cuda, portable=portable)
-            elif target == "ort":
-                b = native.ort_build(portable=portable)
-            elif target == "cuda_harness":
-                b = native.cuda_harness_build()
-            elif target == "cuda_emulator":
-                b = native.cuda_emulator_build()
-            elif target == "tflite":
-                b = native.litert_build(portable=portable)
-            else:  # a team's TensorFlow or onnxruntime library: its CMake folder
-                b = native.team_library_build(target, portable=portable)
-            lib = b.library(force=args.force)
-            info = native.read_build_info(lib)
-            records.append({"target": target, "library": str(lib), **info})
-            if not args.json:
-                flags = " ".join(info.get("cpu_flags", [])) or "no CPU flags"
-                print(f"{target}: {lib} ({info.get('cpu_mode', '?')}: {flags})")
+        records = build(args.targets, force=args.force, portable=args.portable, cuda=args.cuda,
+                        progress=None if args.json else print)
+    except OptionError as e:
+        raise UsageError(str(e)) from None
     except native.BuildError as e:
         print(f"bridge build: {e}", file=sys.stderr)
         return 1

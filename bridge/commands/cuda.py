@@ -22,23 +22,22 @@ def add_arguments(p):
 
 
 def run(args) -> int:
-    from bridge import cuda_check, native
+    """argparse over bridge.api.cuda.check_cuda (the one implementation)."""
+    from bridge import native
+    from bridge.api.cuda import check_cuda
     from bridge.table import render
     try:
-        k, dev, where = cuda_check.choose(args.emulate)
+        found = check_cuda(args.emulate, seed=args.seed,
+                           progress=False if args.json else (lambda line: print(line, file=sys.stderr, flush=True)))
     except native.BuildError as e:
         print(f"bridge cuda: {e}", file=sys.stderr)
         return 1
-    if not args.json:
-        print(f"bridge cuda: on {where}", file=sys.stderr)
-    progress = None if args.json else (lambda what: print(f"  {what}", file=sys.stderr, flush=True))
-    rows = cuda_check.run_checks(k, dev, seed=args.seed, progress=progress)
-    failed = [r for r in rows if r["verdict"] != "pass"]
+    rows, failed = found["rows"], found["failed"]
     if args.json:
-        print(json.dumps({"device": where, "emulated": dev.emulated, "rows": rows, "failed": len(failed)}, indent=1))
+        print(json.dumps(found, indent=1))
     else:
         print(render(["op", "road", "dtype", "shape", "error / allowed", "verdict"],
                      [[r["op"], r["road"], r["dtype"], r["shape"],
                        "" if r["excess"] is None else f"{r['excess']:.3f}", r["verdict"]] for r in rows]))
-        print(f"{len(rows) - len(failed)} of {len(rows)} checks pass" + (f"; {len(failed)} do not" if failed else ""))
+        print(f"{len(rows) - failed} of {len(rows)} checks pass" + (f"; {failed} do not" if failed else ""))
     return 1 if failed else 0
