@@ -259,3 +259,38 @@ def test_a_team_op_declares_graph_patterns_and_lowers_from_a_savedmodel_to_tflit
     assert out["worst_fused"] <= 2e-4, out
     assert out["custom_ops"] == {}, out
     assert out["worst_tflite"] <= 2e-4, out
+
+
+def test_a_frozen_pb_exports_and_passes_parity_with_only_its_tensor_names(hand, tmp_path, capsys):
+    """The CLI takes a TF1 frozen .pb as tf2onnx --graphdef does: `bridge export
+    F.pb --to onnx --inputs X:0 --outputs Y:0,Z:0` writes the fused ops (numbers
+    vs numpy float64), and `bridge parity F.pb --outputs ...` runs with no other
+    flag. Without --outputs, each names the flag."""
+    from bridge.cli import main
+    import onnxruntime as ort
+    module, _ = hand
+    pb = tmp_path / "frozen.pb"
+    inputs, outputs = gm_models.frozen_pb(module, pb)
+    names = ",".join([outputs["boxes"], outputs["features"]])
+    out = tmp_path / "frozen.onnx"
+    assert main(["export", str(pb), "--to", "onnx", "--inputs", inputs[0], "--outputs", names, "-o", str(out),
+                 "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["ok"] and result["details"]["custom_nodes"], result
+    session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])  # com.bridge nodes: their bodies
+    want_by_tensor = {outputs["boxes"][:-2]: "boxes", outputs["features"][:-2]: "features"}
+    for batch in (1, 3):
+        x = np.random.default_rng(batch).random((batch, 8, 8, 4)).astype("float32")
+        got = session.run(None, {session.get_inputs()[0].name: x})
+        want = gm_models.hand_reference(x)
+        for o, value in zip(session.get_outputs(), got):
+            _close(value, want[want_by_tensor[o.name.split(":")[0]]])
+    assert main(["parity", str(pb), "--outputs", names, "--runtimes", "tf,tf-fused,ort", "--json", "-"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["passed"]
+    rows = {r["name"]: (r["status"], r["passed"]) for r in report["runtimes"]}
+    assert rows.get("tf-fused") == ("ok", True) and rows.get("ort") == ("ok", True), rows
+    for argv in (["export", str(pb), "--to", "onnx", "-o", str(tmp_path / "x.onnx")], ["parity", str(pb)]):
+        assert main(argv) == 2
+        assert "--outputs" in capsys.readouterr().err
+    assert not (tmp_path / "x.onnx").exists()

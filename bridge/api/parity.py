@@ -20,6 +20,7 @@ def parity(model: Any, runtimes: Union[None, str, Sequence[str]] = None, per_lay
            batch: int = 1, input_shapes=None, seed: int = 0, atol: Tolerance = None, rtol: Tolerance = None,
            config: Optional[Mapping[str, Any]] = None, onnx: Optional[str] = None,
            save_inputs: Optional[str] = None,
+           graph_inputs: Optional[Sequence[str]] = None, graph_outputs: Optional[Sequence[str]] = None,
            load_outputs: Union[None, Mapping[str, str], Sequence[Tuple[str, str]]] = None,
            progress: ProgressArg = False, op_spec: Sequence = (), op_library: Sequence = (), imports: Sequence = (),
            ort_library: Sequence = (), litert_library: Optional[str] = None, task: Optional[str] = None,
@@ -36,6 +37,8 @@ def parity(model: Any, runtimes: Union[None, str, Sequence[str]] = None, per_lay
     images need `preprocess`: "scale-0-1", "caffe", "tf", "MODULE:FUNC" or a callable);
     else seeded inputs of `batch`, `input_shapes` and `seed`. `task`: "classify",
     "detect" or "embed" adds answer-level agreement (bridge.parity.task; `.task`).
+    `graph_inputs`/`graph_outputs`: a frozen GraphDef .pb's tensor names, as
+    tf2onnx --graphdef takes them (inputs default to its placeholders).
     `atol`/`rtol`: a number for every output or {output name: number}.
     `onnx`: an ONNX export to use instead of bridge's own. `load_outputs`:
     {runtime name: .npz file or msame folder} produced elsewhere. `progress`:
@@ -48,6 +51,8 @@ def parity(model: Any, runtimes: Union[None, str, Sequence[str]] = None, per_lay
     from bridge.native import build_error_behind
     try:
         team_ops.load_imports(imports)  # --import: a team's Keras classes and op specs, first
+        if graph_inputs or graph_outputs:
+            model = _graphdef(model, graph_inputs, graph_outputs, input_shapes)
         return _parity(model, runtimes, per_layer, inputs, batch, input_shapes, seed, atol, rtol, config, onnx,
                        save_inputs, load_outputs, progress, op_spec, op_library, ort_library, litert_library,
                        task, preprocess)
@@ -100,6 +105,16 @@ def _parity(model, runtimes, per_layer, inputs, batch, input_shapes, seed, atol,
                       atol=_tolerance(atol, "--atol"), rtol=_tolerance(rtol, "--rtol"), per_layer=per_layer,
                       inputs=given, save_inputs=save_inputs, load_outputs=loaded, config=dict(config or {}),
                       onnx_file=onnx, log=log, task=task)
+
+
+def _graphdef(model, inputs, outputs, input_shapes):
+    """A frozen .pb resolved with its tensor names (the runner takes it so)."""
+    from bridge import modelsource
+    from bridge.parity.inputs import InputError
+    if not isinstance(model, (str, os.PathLike)):
+        raise InputError("graph_inputs/graph_outputs name the tensors of a frozen GraphDef .pb file")
+    return modelsource.resolve(os.fspath(model), input_shapes=input_shapes, graph_inputs=list(inputs or ()),
+                               graph_outputs=list(outputs or ()))
 
 
 def _tolerance(value: Tolerance, flag: str) -> dict:

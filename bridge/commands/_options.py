@@ -21,3 +21,9 @@ def parse_config(items: Optional[Sequence[str]]) -> Dict[str, object]:
         except ValueError:
             out[key] = value
     return out
+
+
+def tensor_names(text: Optional[str]) -> list:
+    """`--inputs`/`--outputs NAME:0,...` (a frozen GraphDef's tensors, as tf2onnx
+    --graphdef takes them) as a list; none given is []."""
+    return [t.strip() for t in text.split(",") if t.strip()] if text else []

@@ -46,7 +46,7 @@ import json
 import logging
 import sys
 
-from bridge.commands._options import parse_config
+from bridge.commands._options import parse_config, tensor_names
 from bridge.errors import BridgeError
 
 NAME = "export"
@@ -67,7 +67,10 @@ def _exporter(to):
 
 def add_arguments(p):
     p.add_argument("model", metavar="MODEL",
-                   help="a built-in model name, a .keras file or a SavedModel directory")
+                   help="a built-in model name, a .keras file, a SavedModel directory or a frozen GraphDef .pb")
+    p.add_argument("--inputs", metavar="NAME:0,...", help="a .pb's input tensors, as tf2onnx --graphdef takes "
+                   "them (default: its placeholders)")
+    p.add_argument("--outputs", metavar="NAME:0,...", help="a .pb's output tensors (required for a .pb)")
     p.add_argument("--to", required=True, choices=list(targets()), help="the target format")
     p.add_argument("-o", "--output", help="the file (or folder) to write (default: MODEL name + the target's suffix)")
     p.add_argument("--mode", help="the export mode; per target: " + "; ".join(
@@ -120,7 +123,8 @@ def run(args) -> int:
         result = export(args.model, args.to, args.output, mode=args.mode, opset=args.opset, fuse=args.fuse,
                         input_shapes=args.input_shape, batch=args.batch, seed=args.seed,
                         config=parse_config(args.config), atol=args.atol, verify=args.verify,
-                        verbose=args.verbose, progress=True, **own)  # stderr: --json output on stdout stays clean
+                        verbose=args.verbose, progress=True, graph_inputs=tensor_names(args.inputs),
+                        graph_outputs=tensor_names(args.outputs), **own)  # stderr: --json output on stdout stays clean
     except ExportError as e:
         print(f"bridge export: {e}", file=sys.stderr)
         return 1

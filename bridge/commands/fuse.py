@@ -26,12 +26,9 @@ def add_arguments(p):
     p.add_argument("--json", action="store_true", help="print the fusion report (and the check) as JSON")
 
 
-def _names(text):
-    return [t.strip() for t in text.split(",") if t.strip()] if text else []
-
-
 def run(args) -> int:
     from bridge.cli import UsageError
+    from bridge.commands._options import tensor_names
     from bridge.converters.graph_model import GraphModelError, load
     path = os.path.expanduser(args.model)
     is_pb = os.path.isfile(path) and path.endswith(".pb")
@@ -49,7 +46,7 @@ def run(args) -> int:
         except ModelSourceError as e:
             raise UsageError(str(e)) from None
     try:
-        original = load(path, inputs=_names(args.inputs), outputs=_names(args.outputs))
+        original = load(path, inputs=tensor_names(args.inputs), outputs=tensor_names(args.outputs))
     except GraphModelError as e:
         raise UsageError(str(e)) from None
     from bridge.converters.graph_fuse import fuse_graph

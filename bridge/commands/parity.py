@@ -6,7 +6,7 @@ import json
 import sys
 
 from bridge import atomic
-from bridge.commands._options import parse_config
+from bridge.commands._options import parse_config, tensor_names
 
 NAME = "parity"
 USES_TF_OPS = True  # the op library is built (or found) before any model is loaded
@@ -76,6 +76,10 @@ def add_arguments(p):
     p.add_argument("--config", action="append", metavar="KEY=VALUE",
                    help="built-in model option (repeatable), e.g. input_size=96 width=0.125")
     p.add_argument("--seed", type=int, default=0, help="seed of the generated inputs (default 0)")
+    p.add_argument("--outputs", metavar="NAME:0,...", help="a frozen GraphDef .pb's output tensors, as tf2onnx "
+                   "--graphdef and bridge export --outputs take them (required for a .pb)")
+    p.add_argument("--graph-inputs", metavar="NAME:0,...", help="a .pb's input tensors (bridge export --inputs; "
+                   "default: its placeholders)")
     p.add_argument("--atol", action="append", metavar="[OUTPUT=]A", help="absolute tolerance (per element, times max(1, |ref|))")
     p.add_argument("--rtol", action="append", metavar="[OUTPUT=]R", help="relative tolerance")
     p.add_argument("--per-layer", action="store_true",
@@ -161,6 +165,7 @@ def run(args) -> int:
                         atol=_tolerances(args.atol, "--atol"), rtol=_tolerances(args.rtol, "--rtol"),
                         config=parse_config(args.config), onnx=args.onnx, save_inputs=args.save_inputs,
                         load_outputs=parse_load_outputs(args.load_outputs), task=args.task,
+                        graph_inputs=tensor_names(args.graph_inputs), graph_outputs=tensor_names(args.outputs),
                         progress=not (args.quiet or args.json == "-"))
     except InputError as e:
         raise UsageError(str(e)) from None

@@ -224,14 +224,16 @@ def _own_node_outputs(model) -> Dict[int, Any]:
 def open_source(model, *, config: Optional[dict] = None, onnx_file: Optional[str] = None,
                 input_shapes=None) -> ModelSource:
     """`model`: a built-in name, a .keras file, a SavedModel folder, an .onnx file
-    (resolved by bridge.modelsource, as `bridge export` does), a Keras model or an
-    onnx.ModelProto. `onnx_file`: use this export for the ONNX runtimes instead of
+    (resolved by bridge.modelsource, as `bridge export` does), a Keras model, an
+    onnx.ModelProto or a modelsource.ResolvedModel. `onnx_file`: use this export for the ONNX runtimes instead of
     exporting (a file exported earlier, or one altered on purpose). A bad MODEL or
     shape raises InputError (modelsource's error)."""
     from bridge import modelsource as ms
     config = dict(config or {})
     given = _load_onnx(onnx_file, "--onnx") if onnx_file else None
-    if isinstance(model, (str, os.PathLike)):
+    if isinstance(model, ms.ResolvedModel):  # resolved already (a frozen .pb with its tensor names)
+        resolved = model
+    elif isinstance(model, (str, os.PathLike)):
         weights_seed = config.pop("seed", 0)
         resolved = ms.resolve(os.fspath(model), input_shapes=input_shapes, batch=None, seed=weights_seed,
                               config=config)
