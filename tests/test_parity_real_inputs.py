@@ -134,6 +134,8 @@ def test_user_preprocess_from_a_file_and_its_errors(tmp_path):
         ri.open_inputs(folder, f"{code}:wrong").resolve(IMAGE)
     with pytest.raises(InputError, match=r"--preprocess .*prep.py:boom failed on \[1, 17, 15, 3\] \(RuntimeError: no\)"):
         ri.open_inputs(folder, f"{code}:boom").resolve(IMAGE)
+    with pytest.raises(InputError, match="--preprocess no_such_module_here:f: no module 'no_such_module_here'"):
+        ri.open_inputs(folder, "no_such_module_here:f")
     with pytest.raises(InputError, match="has no function 'nope'"):
         ri.open_inputs(folder, f"{code}:nope")
     with pytest.raises(InputError, match="expected one of scale-0-1, caffe, tf"):
@@ -265,3 +267,24 @@ def test_image_folder_with_preprocess_end_to_end(classifier, tmp_path, capsys):
     rc, out = _cli([classifier["keras"], "--inputs", str(folder), "--preprocess", "tf", "--task", "detect",
                     "--runtimes", "tf,ort-lowered", "-q"], capsys)
     assert rc == 2 and "--task detect: needs decoded outputs" in out.err and "logits [3,10]" in out.err
+
+
+@pytest.mark.slow  # 12 s here: the metrics are proved in test_parity_task; this is the wiring on a real detector
+def test_detect_on_bridges_yolo_decode_outputs(tmp_path):
+    """yolov3-tiny at 64x64, an eighth of the width, 3 classes, decoded (boxes,
+    objectness, class_probs): two 50x70 JPEGs resized to 64x64; onnxruntime on
+    the custom ops finds the boxes TF and float64 find."""
+    import bridge
+    folder = tmp_path / "images"
+    folder.mkdir()
+    for i in range(2):
+        PIL.fromarray(_pixels(50, 70, 10 + i)).save(folder / f"{i}.jpg")
+    config = {"input_size": 64, "width": 0.125, "decode": True, "num_classes": 3}
+    report = bridge.parity("yolov3-tiny", runtimes="tf,ort", config=config, inputs=folder, preprocess="scale-0-1",
+                           task="detect")
+    assert report.passed and report.inputs["image"] == ((2, 64, 64, 3), "float32")
+    assert report.task.names == ["boxes", "objectness", "class_probs"]
+    vs_tf, vs_f64 = report.task.rows["ort"]
+    assert vs_f64.against == "tf-float64" and vs_f64.value == 1.0 and vs_f64.extra["boxes_reference"] > 5
+    assert vs_f64.extra["max_score_delta"] < 1e-5 and vs_tf.extra["mean_iou"] > 0.999
+    assert report.to_json()["task"]["runtimes"]["ort"][1]["matched"] == vs_f64.extra["boxes_reference"]

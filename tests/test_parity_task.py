@@ -174,3 +174,35 @@ def test_shape_mismatch_and_unknown_task():
     assert not a.passed and "shape [2, 3]" in a.note
     with pytest.raises(InputError, match="--task 'segment': expected one of classify, detect, embed"):
         t.TaskReport("segment")
+
+
+# -- a quantized runtime judged by the task ----------------------------------------
+def _result(name, got, ref):
+    from types import SimpleNamespace
+    from bridge.parity import compare as cmp
+    return SimpleNamespace(name=name, outputs={"p": cmp.compare(got, ref, cmp.Tolerance(2e-2, 2e-2))})
+
+
+@pytest.mark.parametrize("flip, passes", [(0, True), (3, False)])
+def test_quantized_outputs_past_their_bound_are_judged_by_the_task(flip, passes):
+    rng = np.random.default_rng(2)
+    ref = rng.normal(size=(100, 6)) * 0.1
+    ref[np.arange(100), rng.integers(0, 6, 100)] += 3.0   # a clear winner per row
+    got = ref + 0.05                                      # past 2e-2 everywhere, the same order
+    for i in range(flip):                                  # planted: the winner demoted on `flip` rows
+        got[i] = ref[i] - 3.0 * (ref[i] == ref[i].max())
+    f64 = ref.astype(np.float64)
+    report = t.TaskReport("classify")
+    report.start("tf", {"p": ref})
+    res = _result("tflite-float16", got, ref)
+    assert not res.outputs["p"].passed
+    report.attach(res, {"p": got}, {"p": ref}, {"p": f64}, quantize="float16")
+    c = res.outputs["p"]
+    assert c.passed is passes and c.status == t.JUDGED_BY_TASK and "float16-quantized" in c.note
+    assert [a.against for a in report.rows["tflite-float16"]] == ["tf", "tf-float64"]
+    assert report.verdicts("tflite-float16")[0].against == "tf-float64"
+    assert "judged by the task" in report.table(colour=False)
+    # the same numbers for a float runtime: its elementwise FAIL stands, the task only reported
+    res = _result("ort", got, ref)
+    report.attach(res, {"p": got}, {"p": ref}, {"p": f64})
+    assert not res.outputs["p"].passed and res.outputs["p"].status == "FAIL"

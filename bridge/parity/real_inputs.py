@@ -20,8 +20,6 @@ NaN input makes every runtime's NaN agree with nothing).
 """
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import os
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -56,7 +54,8 @@ _STANDARD_FUNCS: Dict[str, Callable] = {"scale-0-1": _scale_0_1, "caffe": _caffe
 
 def preprocessor(spec) -> Tuple[str, Callable]:
     """(its name, the function) for `--preprocess`: a standard name, a callable,
-    or `MODULE:FUNC` / `FILE.py:FUNC` (the user's own code, imported here)."""
+    or `MODULE:FUNC` / `FILE.py:FUNC`: the user's own code, imported as
+    `--import` imports it (bridge.team_imports)."""
     if callable(spec):
         return getattr(spec, "__name__", "function"), spec
     spec = str(spec)
@@ -65,19 +64,11 @@ def preprocessor(spec) -> Tuple[str, Callable]:
     where, sep, func = spec.rpartition(":")
     if not sep or not where or not func:
         raise InputError(f"--preprocess {spec!r}: expected one of {', '.join(STANDARD)}, or MODULE:FUNC / FILE.py:FUNC")
-    try:
-        if where.endswith(".py"):
-            if not os.path.isfile(where):
-                raise InputError(f"--preprocess {spec}: no such file: {where}")
-            loader = importlib.util.spec_from_file_location(f"_bridge_preprocess_{abs(hash(where))}", where)
-            module = importlib.util.module_from_spec(loader)
-            loader.loader.exec_module(module)
-        else:
-            module = importlib.import_module(where)
-    except InputError:
-        raise
-    except Exception as e:  # the user's module failed to import: say so on one line
-        raise InputError(f"--preprocess {spec}: cannot import {where} ({type(e).__name__}: {e})") from None
+    from bridge.team_imports import ImportFailed, import_modules
+    try:  # as --import imports it (the same file is one module, whichever flag names it first)
+        (module,) = import_modules([where])
+    except ImportFailed as e:
+        raise InputError(f"--preprocess {spec}: {str(e).partition(': ')[2] or e}") from None
     fn = getattr(module, func, None)
     if not callable(fn):
         raise InputError(f"--preprocess {spec}: {where} has no function {func!r}")
