@@ -172,7 +172,7 @@ def test_parity_ort_fails_with_a_wrong_team_kernel(savedmodel, library, tmp_path
     CLI catching a wrong team kernel (not slow: one small library and `tf,ort`)."""
     broken = _planted(tmp_path, "Store(Gelu(Load(xr[j]) + Load(bp[j])), yr + j)", "Store(Load(xr[j]) + Load(bp[j]), yr + j)")
     done = _parity_ort(savedmodel, broken, tmp_path / "parity.json")
-    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.returncode == 1 and (tmp_path / "parity.json").is_file(), done.stdout[-3000:] + done.stderr[-3000:]
     rows = {r["name"]: r for r in json.loads((tmp_path / "parity.json").read_text())["runtimes"]}
     ort = rows["ort"]  # it ran and its numbers differ: no crash or missing library passes for the catch
     assert ort["status"] == "ok" and not ort["passed"], (ort["status"], ort["reason"])
