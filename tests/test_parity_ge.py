@@ -143,7 +143,8 @@ def test_dict_outputs_whose_keys_are_not_the_output_names():
     report = run_parity(model, runtimes=["tf", "ort-lowered", "tflite"], seed=4)
     assert report.passed, report.to_json()
     for row in report.runtimes[1:]:
-        assert row.status == "ok" and set(row.outputs) == {"dense_a", "dense_b", "zeta"}, (row.name, row.reason)
+        assert row.status in ("ok", "reference") and set(row.outputs) == {"dense_a", "dense_b", "zeta"}, \
+            (row.name, row.reason)   # (the float64 judge's row too: TF float32's distance on every output)
         assert row.outputs["dense_b"].shape == (1, 3) and row.outputs["dense_a"].shape == (1, 2)
     # the reference itself pairs each key with its own tensor (numpy float64 from the weights)
     source = open_source(model)
@@ -166,7 +167,7 @@ def test_opt_in_runtimes_run_only_when_named_and_share_one_freeze(yolo):
         stages = [s.name for s in source.stages.stages]
     finally:
         source.close()
-    assert [r.name for r in report.runtimes] == ["tf", "tflite", "tflite-float16"] and report.passed
+    assert [r.name for r in report.runtimes] == ["tf", "tflite", "tflite-float16", "tf-float64"] and report.passed
     assert sum(s.startswith("tracing and freezing for TFLite") for s in stages) == 1, stages
     assert sum(s.startswith("converting to TFLite") for s in stages) == 2, stages
 
@@ -240,8 +241,8 @@ def test_loaded_ge_outputs_follow_the_ge_models_order(yolo, yolo_report, tmp_pat
         outs[n].tofile(board / f"model_output_{i}.bin")
     report = run_parity(None, source=yolo, runtimes=["tf"], inputs=dict(np.load(tmp_path / "in.npz")),
                         load_outputs=[("ge", str(board))])
-    row = report.runtimes[-1]
-    assert report.passed and row.name == "ge" and row.status == "loaded", report.to_json()
+    row = next(r for r in report.runtimes if r.name == "ge")
+    assert report.passed and row.status == "loaded", report.to_json()
     assert "in ge's output order" in row.description and len(row.outputs) == len(names)
     ref = unfused_outputs(yolo, feeds)
     for n in names:  # recomputed: the board's arrays against the unfused model, per element
