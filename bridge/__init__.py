@@ -40,6 +40,7 @@ _API = {
     "inspect": ("bridge.api.inspect", "inspect"),
     "register_op": ("bridge.api.team_ops", "register_op"),
     "build": ("bridge.api.build", "build"),
+    "new_op": ("bridge.commands.op", "new_op"),
     "check_cuda": ("bridge.api.cuda", "check_cuda"),
     "check_ascend": ("bridge.api.ascend", "check_ascend"),
     "ExportResult": ("bridge.exporting", "ExportResult"),
@@ -59,7 +60,7 @@ _API = {
 # subpackages that are functions too: calling the module calls this
 _CALLS = {"bridge.ops": ("bridge.api.ops", "ops"), "bridge.parity": ("bridge.api.parity", "parity")}
 
-__all__ = ["export", "parity", "fuse", "inspect", "ops", "register_op", "build", "check_cuda", "check_ascend",
+__all__ = ["export", "parity", "fuse", "inspect", "ops", "register_op", "build", "check_cuda", "check_ascend", "new_op",
            "ExportResult", "ParityReport", "FusionReport", "BridgeError", "LibraryError", "ModelSourceError",
            "OptionError", "ExportError", "BuildError", "SpecError", "InspectError", "GraphModelError", "ImportFailed"]
 

@@ -307,3 +307,15 @@ def test_build_check_ascend_and_check_cuda_are_what_their_commands_print(tmp_pat
     monkeypatch.setattr(cuda_check, "choose", no_headers)
     with pytest.raises(bridge.BuildError, match="planted"):
         bridge.check_cuda(emulate=True)
+
+
+def test_new_op_writes_what_op_new_writes(tmp_path, capsys):
+    from bridge.cli import main
+    written = bridge.new_op("FusedApiProbe", domain="com.probe", output=tmp_path / "api")
+    assert main(["op", "new", "FusedApiProbe", "--domain", "com.probe", "-o", str(tmp_path / "cli")]) == 0
+    names = [p.split("/api/", 1)[1] for p in written]
+    assert names and all((tmp_path / "cli" / n).read_text() == (tmp_path / "api" / n).read_text() for n in names)
+    assert "com.probe" in (tmp_path / "api" / "fused_api_probe.py").read_text()
+    with pytest.raises(bridge.OptionError, match="use CamelCase"):
+        bridge.new_op("lower", output=tmp_path / "bad")
+    assert not (tmp_path / "bad").exists()

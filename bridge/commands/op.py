@@ -14,7 +14,9 @@ DIR/litert`.
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
+from typing import List
 
 NAME = "op"
 HELP = ("scaffold a team's own op: its spec, TensorFlow, onnxruntime and LiteRT kernels generated from it, "
@@ -184,23 +186,26 @@ target_link_libraries({module} PRIVATE ${{TF_LINK_FLAGS}})
 '''
 
 
-def run(args) -> int:
+def new_op(name: str, domain: str = "com.example", output=None) -> List[str]:
+    """What `bridge op new NAME --domain DOMAIN -o OUTPUT` writes: a team's op's
+    spec, TensorFlow kernel, CMake file, onnxruntime kernel (ort/) and float32
+    LiteRT kernel (litert/), generated from the one spec, into a new folder
+    (default: the op's snake_case name). Returns the paths written. Raises
+    OptionError for a bad name, domain or a folder that is not empty."""
     import importlib.util
-    import sys
     from bridge import atomic
-    from bridge.cli import UsageError
     from bridge.commands import _op_litert, _op_ort
+    from bridge.exporting import OptionError
     from bridge.ops import registry
-    name = args.name
     if not re.fullmatch(r"[A-Z][A-Za-z0-9]*", name):
-        raise UsageError(f"op name {name!r}: use CamelCase letters and digits (TensorFlow's REGISTER_OP rule)")
-    if not re.fullmatch(r"[A-Za-z0-9_.\-]+", args.domain):
-        raise UsageError(f"--domain {args.domain!r} is not an ONNX domain name")
+        raise OptionError(f"op name {name!r}: use CamelCase letters and digits (TensorFlow's REGISTER_OP rule)")
+    if not re.fullmatch(r"[A-Za-z0-9_.\-]+", domain):
+        raise OptionError(f"--domain {domain!r} is not an ONNX domain name")
     module = snake(name)
-    folder = Path(args.output or module)
+    folder = Path(output or module)
     if folder.exists() and any(folder.iterdir()):
-        raise UsageError(f"{folder} exists and is not empty: give a new folder with -o")
-    spec_text = SPEC_TEMPLATE.format(name=name, module=module, domain=args.domain)
+        raise OptionError(f"{folder} exists and is not empty: give a new folder with -o")
+    spec_text = SPEC_TEMPLATE.format(name=name, module=module, domain=domain)
     # The kernel's registration comes from the spec just written, so the two agree.
     loader = importlib.util.spec_from_loader(f"bridge_scaffold_{module}", loader=None)
     scratch = importlib.util.module_from_spec(loader)
@@ -215,7 +220,20 @@ def run(args) -> int:
              f"litert/{module}.cc": _op_litert.kernel_cc(spec)}
     for fname, text in files.items():
         atomic.write_text(folder / fname, text)
-    print(f"wrote {folder}/: {', '.join(files)}", file=sys.stdout)
+    return [str(folder / fname) for fname in files]
+
+
+def run(args) -> int:
+    """argparse over new_op (bridge.new_op)."""
+    from bridge.cli import UsageError
+    from bridge.exporting import OptionError
+    try:
+        written = new_op(args.name, args.domain, args.output)
+    except OptionError as e:
+        raise UsageError(str(e)) from None
+    folder = Path(args.output or snake(args.name))
+    module = snake(args.name)
+    print(f"wrote {folder}/: {', '.join(str(Path(w).relative_to(folder)) for w in written)}", file=sys.stdout)
     print(f"next: bridge ops --op-spec {folder / (module + '.py')} --op-library {folder} "
           f"--ort-library {folder / 'ort'} --litert-library {folder / 'litert'}")
     return 0
