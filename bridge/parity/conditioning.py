@@ -12,12 +12,15 @@ logits and the per-layer run instead of reading as a plain mismatch.
 
 A deep network can amplify float32 rounding past the tolerance (random
 weights, a badly calibrated BatchNorm): TF float32 is then no better an answer
-than the runtime it judges. `against_float64` decides such a row with the same
-model run in float64 (bridge.parity.float64): the runtime is excused, as
-ILL_CONDITIONED, when it is as close to float64 as TF float32 is (within
-FLOAT64_FACTOR times TF float32's own error, in the worst element against its
-bound and on average), or within the tolerance of float64 where TF float32 is.
-A NaN, or a runtime clearly worse than TF float32, still fails.
+than the runtime it judges. `bridge parity` therefore judges every runtime
+against the model run in float64 (bridge.parity.truth, which gives PASS or
+FAIL with FLOAT64_FACTOR below). `against_float64` is the older, coarser rule
+that `bridge export`'s own check still applies to an output that failed
+against TF float32: the export is excused, as ILL_CONDITIONED, when it is as
+close to float64 as TF float32 is (within FLOAT64_FACTOR times TF float32's
+own error, in the worst element against its bound and on average), or within
+the tolerance of float64 where TF float32 is. A NaN, or a result clearly
+worse than TF float32, still fails.
 """
 from __future__ import annotations
 
