@@ -294,3 +294,29 @@ def test_a_frozen_pb_exports_and_passes_parity_with_only_its_tensor_names(hand, 
         assert main(argv) == 2
         assert "--outputs" in capsys.readouterr().err
     assert not (tmp_path / "x.onnx").exists()
+
+
+def test_parity_tflite_custom_of_a_savedmodel_converts_the_fused_graph(detector):
+    """tflite-custom (the road that carries the fused ops) converts the graph-fused
+    SavedModel and says so; the lowered tflite row converts the SavedModel's own
+    signature and says that. Both against numpy float64 on the detector's weights."""
+    import bridge
+    from bridge.parity.runtimes import tflite
+    from bridge.parity.source import open_source
+    from bridge.tflite_inspect import inspect_tflite
+    model, folder = detector
+    source = open_source(str(folder))
+    source.input_shapes = {"image": (3, 8, 8, 3)}  # what the runner sets before a static export
+    try:
+        codes = inspect_tflite(tflite.exported(source, "custom", "none", static=True)).custom_codes
+        assert {"YoloConvBnLeaky", "FusedLayerNorm"} <= set(codes), codes
+    finally:
+        source.close()
+    x = np.random.default_rng(4).random((3, 8, 8, 3)).astype("float32")
+    report = bridge.parity(str(folder), runtimes="tflite,tflite-custom", inputs={"image": x})
+    rows = {r.name: r for r in report.runtimes}
+    assert "graph-fused SavedModel (bridge fuse: conv_bn_leaky x2, layer_norm x1, zero_padding x1)" in \
+        rows["tflite-custom"].description
+    assert "own serving signature (unfused)" in rows["tflite"].description
+    for name in ("tflite", "tflite-custom"):
+        assert rows[name].status == "ok" and rows[name].passed, (name, rows[name].reason)

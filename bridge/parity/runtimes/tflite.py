@@ -38,7 +38,7 @@ def exported(source, mode: str = "lowered", quantize: str = "none", static: bool
     at = ":static" if static else ""
 
     def frozen():
-        model, specs, names = _model_of(source, static)
+        model, specs, names = _model_of(source, static, mode)
         try:
             return export_tflite.frozen_function(export_tflite.function(model, specs, names), mode)
         except export_tflite.TFLiteExportError as e:
@@ -54,15 +54,20 @@ def exported(source, mode: str = "lowered", quantize: str = "none", static: bool
     return source.cached(f"tflite:{mode}:{quantize}{at}", build, f"converting to TFLite ({mode}, quantize {quantize})")
 
 
-def _model_of(source, static: bool = False):
+def _model_of(source, static: bool = False, mode: str = "lowered"):
     """What to export: the fused Keras model (the unfused one while fusion is not
-    available), or a SavedModel's serving signature; with the run's input
-    shapes when `static`."""
+    available), or a SavedModel's serving signature: for `mode` custom the
+    graph-fused one's (graph_fuse: the fused ops are what that road carries),
+    for lowered the SavedModel's own (builtins either way); with the run's
+    input shapes when `static`."""
     if source.kind == "keras":
         try:
             model, _ = source.fused_model()
         except Unavailable:
             model = source.keras_model()
+    elif source.kind == "savedmodel" and mode == "custom":
+        fused, _ = source.fused_model()
+        model = fused.signatures["serving_default"]
     elif source.kind == "savedmodel":
         model = source.serving_signature()
     else:
@@ -81,6 +86,15 @@ def _model_of(source, static: bool = False):
 
 
 FLOAT32_NOTE = "its float16 layers rebuilt in float32 (TFLite's float kernels are float32)"
+SAVEDMODEL_LOWERED = "from the SavedModel's own serving signature (unfused)"
+
+
+def graph_fused_note(source) -> str:
+    """Which graph a custom-mode row of a SavedModel converted: the graph-fused one, with its counts."""
+    _, report = source.fused_model()
+    counts = {k: report.fused(k) for k in sorted({b.pattern for b in report.blocks} | set(report.folds))}
+    what = ", ".join(f"{k} x{n}" for k, n in counts.items() if n) or "no fused ops"
+    return f"from the graph-fused SavedModel (bridge fuse: {what})"
 
 
 class TFLite(Runtime):
@@ -103,6 +117,8 @@ class TFLite(Runtime):
             self.description = f"{self.description}; {road_limits.static_note(source.input_shapes)}"
         if source.kind == "keras" and source.output_precision():
             self.description = f"{self.description}; {FLOAT32_NOTE}"
+        if source.kind == "savedmodel":
+            self.description = f"{self.description}; {SAVEDMODEL_LOWERED}"
         self.interpreter = cls(model_content=data)
         signatures = self.interpreter.get_signature_list()
         if not signatures:

@@ -16,7 +16,7 @@ from typing import Dict, Mapping
 import numpy as np
 
 from bridge.parity.runtime import Runtime, Unavailable
-from bridge.parity.runtimes.tflite import exported
+from bridge.parity.runtimes.tflite import exported, graph_fused_note
 
 
 class TFLiteCustom(Runtime):
@@ -34,6 +34,8 @@ class TFLiteCustom(Runtime):
         except native.BuildError as e:
             raise Unavailable(f"bridge's LiteRT kernels: {str(e).splitlines()[0]}") from None
         data = exported(source, "custom", "none", static=True)
+        if source.kind == "savedmodel":
+            self.description = f"{self.description}; {graph_fused_note(source)}"
         from bridge.tflite_inspect import inspect_tflite
         served = {op for op, why in runtime.served_ops().items() if why is None}
         unserved = sorted(set(inspect_tflite(data).custom_codes) - served)
