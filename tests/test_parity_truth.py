@@ -114,6 +114,27 @@ def test_metrics_against_numpy(rng):
     assert c.past_bound == c.failing == int(np.sum(d > bound)) and c.size == ref.size
 
 
+def test_without_a_float64_run_the_judge_line_says_why(tmp_path):
+    """An .onnx MODEL has no float64 twin: judged against onnx-reference, and the
+    report says so (planted: a runtime 1% off still FAILs, with the same reason)."""
+    from onnx import TensorProto, helper
+    from bridge.parity.report import render_report
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5])
+    model = helper.make_model(helper.make_graph([helper.make_node("Exp", ["x"], ["y"])], "g", [x], [y]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path / "exp.onnx"
+    onnx.save(model, path)
+    feeds = {"x": np.linspace(-1, 1, 10, dtype=np.float32).reshape(2, 5)}
+    np.savez(tmp_path / "board.npz", y=np.exp(feeds["x"].astype(np.float64)).astype(np.float32) * 1.01)
+    report = run_parity(str(path), runtimes=["onnx-reference"], inputs=feeds,
+                        load_outputs=[("board", str(tmp_path / "board.npz"))])
+    assert "an .onnx MODEL has no float64 twin" in report.no_float64
+    assert "judge: onnx-reference (no float64 run: an .onnx MODEL has no float64 twin" in render_report(report)
+    board = _row(report, "board").outputs["y"]
+    assert not board.passed and "no float64 verdict: an .onnx MODEL" in board.note, board.note
+
+
 # -- the built-in models, one bug planted in one runtime's model ----------------------------
 YOLO = {"input_size": 64}
 BERT = {"layers": 2, "hidden": 32, "heads": 2, "intermediate": 64, "vocab_size": 100, "input_size": 16}

@@ -217,7 +217,8 @@ def render(report) -> str:
     judged = any(r.name == FLOAT64 and r.status == "reference" for r in report.runtimes)
     judge = (f"The judge: the model run in float64 ({FLOAT64}). An element passes within the bound "
              f"(atol x max(1, |ref|), rtol x |ref|) or {RULE}." if judged else
-             f"The judge: {report.reference or '-'} (no float64 run; the notes say why).")
+             f"The judge: {report.reference or '-'} (no float64 run: "
+             f"{getattr(report, 'no_float64', '') or 'the notes say why'}).")
     shapes = ", ".join(f"{k} {'x'.join(map(str, s))} {d}" for k, (s, d) in report.inputs.items())
     klass = "pass" if report.passed and v.startswith("PASS") else "FAIL" if not report.passed else "other"
     parts = [f"<h1>bridge parity: {_e(report.model)}</h1>",

@@ -145,7 +145,8 @@ def render_report(report, colour: Optional[bool] = None) -> str:
              f"inputs: {shapes}", "", outputs_table(report, colour)]
     judged = any(r.name == FLOAT64 and r.status == "reference" for r in report.runtimes)
     lines.insert(1, f"judge: the model in float64 ({FLOAT64}); an element passes within the bound or {RULE}"
-                 if judged else f"judge: {report.reference or '-'} (no float64 run: see the notes)")
+                 if judged else f"judge: {report.reference or '-'} (no float64 run: "
+                 f"{getattr(report, 'no_float64', '') or 'see the notes'})")
     if getattr(report, "task", None):  # --task: answer-level agreement (bridge.parity.task)
         lines += ["", report.task.table(colour)]
     if report.per_layer:

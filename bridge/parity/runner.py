@@ -105,6 +105,7 @@ class ParityReport(ReportViews):
     stages: List[dict] = field(default_factory=list)   # bridge.parity.stages rows: time and peak memory
     peak_rss_mb: Optional[float] = None                  # the process's peak resident memory during the run
     task: Optional[task_mod.TaskReport] = None           # --task: answer-level agreement per runtime
+    no_float64: str = ""        # why the runtimes are judged against the reference, not the model in float64
 
     @property
     def passed(self) -> bool:
@@ -122,7 +123,7 @@ class ParityReport(ReportViews):
                 "runtimes": [r.to_json() for r in self.runtimes],
                 "stages": list(self.stages),
                 "peak_rss_mb": None if self.peak_rss_mb is None else round(self.peak_rss_mb, 1),
-                "task": self.task.to_json() if self.task else None}
+                "task": self.task.to_json() if self.task else None, "no_float64": self.no_float64}
 
 
 def _built_for(model, inputs: Mapping[str, np.ndarray], config: Optional[dict]) -> Optional[dict]:
@@ -340,7 +341,7 @@ def _run(source, adapters, broken, wanted, batch, seed, atol, rtol, per_layer, g
     return ParityReport(source.label, source.kind, ref_name or "", seed,
                         {k: (tuple(v.shape), v.dtype.name) for k, v in arrays.items()}, results, per_layer,
                         time.perf_counter() - start, problem, source.stages.to_json(), source.stages.peak_mb(),
-                        task=tasks)
+                        task=tasks, no_float64=no_truth)
 
 
 def _loaded_layout(cls, source) -> Tuple[Optional[List[str]], Dict[str, str], str]:

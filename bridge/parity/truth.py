@@ -127,7 +127,9 @@ def establish(source, arrays: Mapping[str, np.ndarray], tf_outputs: Mapping[str,
     (log or (lambda msg: None))(f"{NAME}: running")
     t0 = time.perf_counter()
     if source.kind != "keras":
-        raise float64_mod.NoFloat64(f"a {source.kind} model has no float64 twin (Keras models only)")
+        what = {"onnx": "an .onnx MODEL", "savedmodel": "a SavedModel (a graph fixed at float32)"}.get(source.kind,
+                                                                                                   source.kind)
+        raise float64_mod.NoFloat64(f"{what} has no float64 twin (Keras models only)")
     from bridge.parity.tf_common import KerasRunner
     names = list(source.output_names)
     with source.stages.stage(f"{NAME}: run" + (f" ({len(layer_names)} layers marked)" if layer_names else "")):
