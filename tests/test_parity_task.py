@@ -206,3 +206,10 @@ def test_quantized_outputs_past_their_bound_are_judged_by_the_task(flip, passes)
     res = _result("ort", got, ref)
     report.attach(res, {"p": got}, {"p": ref}, {"p": f64})
     assert not res.outputs["p"].passed and res.outputs["p"].status == "FAIL"
+    # one NaN in 100 rows leaves top-1 at 0.99, a pass: the output still FAILs on the NaN
+    nan = got.copy()
+    nan[-1, 0] = np.nan
+    res = _result("tflite-dynamic", nan, ref)
+    report.attach(res, {"p": nan}, {"p": ref}, {"p": f64}, quantize="dynamic")
+    assert report.verdicts("tflite-dynamic")[0].value == pytest.approx(0.99 if not flip else 0.96)
+    assert not res.outputs["p"].passed and res.outputs["p"].status == "FAIL"

@@ -28,7 +28,8 @@ A NaN or Inf in a runtime's answer never agrees. For runtimes judged
 elementwise the task rows are reported beside the verdict; a quantized export
 (tflite-float16, tflite-dynamic: a runtime with `quantize`), whose elementwise
 bounds a float32 export keeps cannot hold, is judged by them instead: an output
-past its bound passes only where the task agreement passes, and its row says so.
+past its bound passes only where the task agreement passes, and its row says so
+(one with a NaN or Inf where the reference is finite still fails).
 """
 from __future__ import annotations
 
@@ -353,8 +354,8 @@ class TaskReport:
         covered = set(n for a in verdicts for n in a.output.split("+"))
         why = f"{quantize}-quantized: elementwise bounds cannot hold"
         for name, c in list(res.outputs.items()):
-            if c.passed or name not in covered or c.note.startswith("shape"):
-                continue
+            if c.passed or name not in covered or c.note.startswith("shape") or c.nonfinite:
+                continue  # a NaN or Inf never passes, whatever the answers around it
             self.by_task[res.name] = why
             note = f"past its bound ({why}); {JUDGED_BY_TASK} vs {verdicts[0].against}: {said}"
             res.outputs[name] = dataclasses.replace(c, passed=ok, status=JUDGED_BY_TASK, note=note)
