@@ -112,11 +112,16 @@ class Truth:
         return floor_of(c) if c is not None else Floor(0.0, 0.0, 0.0, False)
 
     def output(self, name: str, got, tol: cmp.Tolerance, detail: bool = False) -> cmp.Comparison:
-        return judge(got, self.outputs[name], tol, self.floor(name), detail)
+        return self._as_tf(name, judge(got, self.outputs[name], tol, self.floor(name), detail))
 
     def layer(self, name: str, got, ref, tol: cmp.Tolerance) -> cmp.Comparison:
         """`ref`: this layer's float64 tensor, read in the runtime's layout (onnx_graph.best)."""
-        return judge(got, ref, tol, self.floor(name, layer=True))
+        return self._as_tf(name, judge(got, ref, tol, self.floor(name, layer=True)))
+
+    def _as_tf(self, name: str, c: cmp.Comparison) -> cmp.Comparison:
+        """The row names the tensor's dtype in the model (TF's), not float64's."""
+        dtype = self.dtypes.get(name)
+        return dataclasses.replace(c, dtype=np.dtype(dtype).name) if dtype is not None else c
 
 
 def establish(source, arrays: Mapping[str, np.ndarray], tf_outputs: Mapping[str, np.ndarray],
@@ -144,11 +149,14 @@ def establish(source, arrays: Mapping[str, np.ndarray], tf_outputs: Mapping[str,
         outputs = float64_mod.checked_outputs(outputs, names)
     truth = Truth(outputs, {}, {k: cmp.compare(tf_outputs[k], outputs[k], _bound(tf_outputs[k]), detail=True)
                                 for k in names})
+    # an output and its last layer share a name and a tensor: one dtype per name
+    truth.dtypes.update({k: np.asarray(tf_outputs[k]).dtype for k in names})
+    truth.tf_outputs = {k: truth._as_tf(k, c) for k, c in truth.tf_outputs.items()}
     for n in tf_layers:  # a float64 layer with a NaN compares as a mismatch below: not a judge
         if n in layers and np.asarray(layers[n]).dtype.kind == "f" and not np.isnan(layers[n]).any():
             truth.layers[n] = np.asarray(layers[n])
-            truth.tf_layers[n] = cmp.compare(tf_layers[n], truth.layers[n], _bound(tf_layers[n]))
             truth.dtypes[n] = np.asarray(tf_layers[n]).dtype
+            truth.tf_layers[n] = truth._as_tf(n, cmp.compare(tf_layers[n], truth.layers[n], _bound(tf_layers[n])))
     truth.seconds = time.perf_counter() - t0
     return truth
 
