@@ -90,3 +90,11 @@ def parity_arrays():
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(runner, "_compare_outputs", keep)
         yield seen
+
+
+def run_cli(capsys, *argv):
+    """`bridge ARGV` in this process: (exit code, stdout, stderr)."""
+    from bridge.cli import main
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err

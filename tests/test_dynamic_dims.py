@@ -16,14 +16,7 @@ ort = pytest.importorskip("onnxruntime")
 import onnx  # noqa: E402
 
 from bridge import modelsource  # noqa: E402
-from bridge.cli import main  # noqa: E402
-from conftest import rule_excess  # noqa: E402
-
-
-def _run(capsys, *argv):
-    rc = main(list(argv))
-    out, err = capsys.readouterr()
-    return rc, out, err
+from conftest import rule_excess, run_cli  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +41,7 @@ def _symbolic(path):
 def test_text_classifier_exports_with_no_flag_and_keeps_its_dims_open(tmp_path, capsys, text_classifier, rng):
     path, model = text_classifier
     out_path = tmp_path / "t.onnx"
-    rc, out, err = _run(capsys, "export", path, "--to", "onnx", "-o", str(out_path))
+    rc, out, err = run_cli(capsys, "export", path, "--to", "onnx", "-o", str(out_path))
     assert rc == 0, err[-2000:]
     assert "ids[?,?]" in err and "ids[1,16]" in err  # the progress line: open dims, the sample run
     dims = _symbolic(str(out_path))["ids"]
@@ -65,7 +58,7 @@ def test_text_classifier_exports_with_no_flag_and_keeps_its_dims_open(tmp_path, 
 
 def test_text_classifier_tflite_and_ge_take_it_too(tmp_path, capsys, text_classifier, rng):
     path, model = text_classifier
-    rc, out, err = _run(capsys, "export", path, "--to", "tflite", "-o", str(tmp_path / "t.tflite"))
+    rc, out, err = run_cli(capsys, "export", path, "--to", "tflite", "-o", str(tmp_path / "t.tflite"))
     assert rc == 0, err[-2000:]
     from bridge.converters.export_tflite import run_tflite
     data = (tmp_path / "t.tflite").read_bytes()
@@ -74,7 +67,7 @@ def test_text_classifier_tflite_and_ge_take_it_too(tmp_path, capsys, text_classi
         got = run_tflite(data, {"ids": ids})["probs"]
         assert rule_excess(got, np.asarray(model(ids, training=False), np.float64), 1e-4) <= 1, shape
     ge = tmp_path / "ge"
-    rc, out, err = _run(capsys, "export", path, "--to", "ge", "-o", str(ge))
+    rc, out, err = run_cli(capsys, "export", path, "--to", "ge", "-o", str(ge))
     assert rc == 0, err[-2000:]
     assert "fixed at the verified sample shape for ATC: ids[1, 16]" in out
     assert "`ids[1, 16]`" in (ge / "README.md").read_text() and "--dynamic_dims" in (ge / "README.md").read_text()
@@ -83,7 +76,7 @@ def test_text_classifier_tflite_and_ge_take_it_too(tmp_path, capsys, text_classi
 
 def test_parity_runs_at_the_sample_shape(capsys, text_classifier):
     path, _ = text_classifier
-    rc, out, err = _run(capsys, "parity", path, "--runtimes", "ort,tflite,tflite-custom,ge")
+    rc, out, err = run_cli(capsys, "parity", path, "--runtimes", "ort,tflite,tflite-custom,ge")
     assert rc == 0, (out + err)[-3000:]
     assert "ids[1,16]" in err
 
@@ -127,14 +120,14 @@ def bert_file(tmp_path_factory):
 
 def test_keras_hub_backbone_exports_and_passes_parity_with_no_flag(tmp_path, capsys, bert_file):
     out_path = tmp_path / "bert.onnx"
-    rc, out, err = _run(capsys, "export", bert_file, "--to", "onnx", "-o", str(out_path))
+    rc, out, err = run_cli(capsys, "export", bert_file, "--to", "onnx", "-o", str(out_path))
     assert rc == 0, err[-2000:]
     assert "token_ids[1,8]" in err and "max_sequence_length 8" in err, (out[-500:], err[-1500:])
     dims = _symbolic(str(out_path))
     assert set(dims) == {"token_ids", "padding_mask", "segment_ids"}
     assert all(isinstance(d, str) for v in dims.values() for d in v), dims
     # the LiteRT harness cannot resize the file's open length: parity's tflite-custom runs a file at the run's shapes
-    rc, out, err = _run(capsys, "parity", bert_file, "--runtimes", "ort,tflite,tflite-custom")
+    rc, out, err = run_cli(capsys, "parity", bert_file, "--runtimes", "ort,tflite,tflite-custom")
     assert rc == 0, (out + err)[-3000:]
 
 
@@ -147,9 +140,9 @@ def test_gpt2_backbone_every_road_with_no_flag(tmp_path, capsys):
     model.save(path)
     for to, extra in [("onnx", []), ("onnx", ["--mode", "lowered"]), ("tflite", []), ("tflite", ["--mode", "custom"]),
                       ("ge", [])]:
-        rc, out, err = _run(capsys, "export", path, "--to", to, *extra, "-o", str(tmp_path / f"g-{to}{len(extra)}"))
+        rc, out, err = run_cli(capsys, "export", path, "--to", to, *extra, "-o", str(tmp_path / f"g-{to}{len(extra)}"))
         assert rc == 0, (to, extra, err[-2000:])
-    rc, out, err = _run(capsys, "parity", path)
+    rc, out, err = run_cli(capsys, "parity", path)
     assert rc == 0, (out + err)[-3000:]
 
 
@@ -176,7 +169,7 @@ def test_a_file_that_fails_its_verification_is_not_written(tmp_path, capsys, mon
     dst = tmp_path / f"out-{to}"
     if to != "ge":
         dst.write_bytes(b"an earlier good export")
-    rc, out, err = _run(capsys, "export", path, "--to", to, "-o", str(dst))
+    rc, out, err = run_cli(capsys, "export", path, "--to", to, "-o", str(dst))
     assert rc == 1
     assert "FAILED" in out and out.strip().splitlines()[-1].endswith(
         "not written: the verification failed (a file that fails its check is not written; --no-verify writes "

@@ -17,9 +17,8 @@ ort = pytest.importorskip("onnxruntime")
 import onnx  # noqa: E402
 
 from bridge import ops, tf_ops  # noqa: E402
-from bridge.cli import main  # noqa: E402
 from bridge.converters.export_onnx import RENAMED_OUTPUTS, model_output_names, output_renames  # noqa: E402
-from conftest import rule_excess  # noqa: E402
+from conftest import rule_excess, run_cli  # noqa: E402
 
 H = 8
 
@@ -53,12 +52,6 @@ def _feeds(rng, batch):
             "mask": rng.integers(0, 2, size=(batch, 5)).astype(np.float32)}
 
 
-def _run(capsys, *argv):
-    rc = main(list(argv))
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
 def test_renames_are_free_names():
     assert output_renames(["seq", "pooled"], ["seq", "mask"]) == {"seq": "seq_output"}
     assert output_renames(["a", "a_output", "b"], ["a", "b", "b_output_1"]) == {"a": "a_output_1", "b": "b_output"}
@@ -69,7 +62,7 @@ def test_renames_are_free_names():
 def test_onnx_export(tmp_path, capsys, shadowing, rng, mode):
     path, gamma, beta = shadowing
     out_path = tmp_path / "m.onnx"
-    rc, out, err = _run(capsys, "export", path, "--to", "onnx", "--mode", mode, "-o", str(out_path))
+    rc, out, err = run_cli(capsys, "export", path, "--to", "onnx", "--mode", mode, "-o", str(out_path))
     assert rc == 0, err[-2000:]
     assert "'seq' -> 'seq_output'" in out
     model = onnx.load(str(out_path))
@@ -90,7 +83,7 @@ def test_onnx_export(tmp_path, capsys, shadowing, rng, mode):
 def test_tflite_export_keeps_both_names(tmp_path, capsys, shadowing, rng):
     path, gamma, beta = shadowing
     out_path = tmp_path / "m.tflite"
-    rc, out, err = _run(capsys, "export", path, "--to", "tflite", "--mode", "custom", "-o", str(out_path))
+    rc, out, err = run_cli(capsys, "export", path, "--to", "tflite", "--mode", "custom", "-o", str(out_path))
     assert rc == 0, err[-2000:]
     from bridge.litert import runtime
     feeds = _feeds(rng, 1)
@@ -103,7 +96,7 @@ def test_tflite_export_keeps_both_names(tmp_path, capsys, shadowing, rng):
 def test_ge_bundle_and_parity(tmp_path, capsys, shadowing, rng):
     path, gamma, beta = shadowing
     ge = tmp_path / "ge"
-    rc, out, err = _run(capsys, "export", path, "--to", "ge", "-o", str(ge))
+    rc, out, err = run_cli(capsys, "export", path, "--to", "ge", "-o", str(ge))
     assert rc == 0, err[-2000:]
     assert "seq [builtin]" in out and "seq [custom]" in out  # verified under the model's name on both routes
     model = onnx.load(str(ge / "model.onnx"))
@@ -114,5 +107,5 @@ def test_ge_bundle_and_parity(tmp_path, capsys, shadowing, rng):
     feeds = _feeds(rng, 1)
     got = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
     assert rule_excess(got["seq_output"], _reference(feeds, gamma, beta)["seq"], 1e-4) <= 1
-    rc, out, err = _run(capsys, "parity", path, "--runtimes", "ort,ort-lowered,ge-builtin,tflite-custom")
+    rc, out, err = run_cli(capsys, "parity", path, "--runtimes", "ort,ort-lowered,ge-builtin,tflite-custom")
     assert rc == 0, (out + err)[-3000:]

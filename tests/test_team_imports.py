@@ -16,7 +16,8 @@ import pytest
 
 keras = pytest.importorskip("keras")
 
-from bridge.cli import main  # noqa: E402
+
+from conftest import run_cli  # noqa: E402
 
 PACKAGE = "bridge_test_acme"
 LAYER = f'''
@@ -37,12 +38,6 @@ class ScaledResidual(keras.layers.Layer):
     def get_config(self):
         return dict(super().get_config(), scale=self.scale)
 '''
-
-
-def _run(capsys, *argv):
-    rc = main(list(argv))
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +70,7 @@ def test_a_missing_class_is_one_line_naming_it_and_the_flag(capsys, monkeypatch,
     folder, _, path = acme
     monkeypatch.chdir(folder)  # the module's file is right there: nothing from the model imports it
     monkeypatch.syspath_prepend(str(folder))
-    rc, out, err = _run(capsys, "export", str(path), "--to", "onnx", "-o", str(folder / "a.onnx"))
+    rc, out, err = run_cli(capsys, "export", str(path), "--to", "onnx", "-o", str(folder / "a.onnx"))
     assert rc == 2
     lines = [ln for ln in err.splitlines() if ln.startswith("bridge export: error")]
     assert lines == [f"bridge export: error: cannot load the Keras file {path}: it uses the class 'ScaledResidual' "
@@ -87,7 +82,7 @@ def test_a_missing_class_is_one_line_naming_it_and_the_flag(capsys, monkeypatch,
 
 def test_import_of_a_file_lets_it_export(tmp_path, capsys, acme, unregistered):
     _, module_file, path = acme
-    rc, out, err = _run(capsys, "export", str(path), "--to", "onnx", "-o", str(tmp_path / "a.onnx"),
+    rc, out, err = run_cli(capsys, "export", str(path), "--to", "onnx", "-o", str(tmp_path / "a.onnx"),
                         "--import", str(module_file), "--json")
     assert rc == 0, err[-2000:]
     checks = json.loads(out)["checks"]
@@ -109,7 +104,7 @@ def test_import_of_a_module_name_on_parity(capsys, monkeypatch, acme, unregister
     folder, _, path = acme
     monkeypatch.syspath_prepend(str(folder))
     monkeypatch.delitem(sys.modules, "acme_layers", raising=False)
-    rc, out, err = _run(capsys, "parity", str(path), "--runtimes", "ort,tflite", "--import", "acme_layers")
+    rc, out, err = run_cli(capsys, "parity", str(path), "--runtimes", "ort,tflite", "--import", "acme_layers")
     assert rc == 0, (out + err)[-3000:]
     assert "PASS" in out
 
@@ -125,7 +120,7 @@ def test_bad_imports_are_one_line_usage_errors(tmp_path, capsys, item, words):
     if item == "BROKEN":
         item = str(tmp_path / "broken.py")
         Path(item).write_text("x = 1 / 0\n")
-    rc, out, err = _run(capsys, "ops", "--import", item)
+    rc, out, err = run_cli(capsys, "ops", "--import", item)
     assert rc == 2 and words in err and "Traceback" not in err, err
 
 
