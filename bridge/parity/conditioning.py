@@ -12,15 +12,9 @@ logits and the per-layer run instead of reading as a plain mismatch.
 
 A deep network can amplify float32 rounding past the tolerance (random
 weights, a badly calibrated BatchNorm): TF float32 is then no better an answer
-than the runtime it judges. `bridge parity` therefore judges every runtime
-against the model run in float64 (bridge.parity.truth, which gives PASS or
-FAIL with FLOAT64_FACTOR below). `against_float64` is the older, coarser rule
-that `bridge export`'s own check still applies to an output that failed
-against TF float32: the export is excused, as ILL_CONDITIONED, when it is as
-close to float64 as TF float32 is (within FLOAT64_FACTOR times TF float32's
-own error, in the worst element against its bound and on average), or within
-the tolerance of float64 where TF float32 is. A NaN, or a result clearly
-worse than TF float32, still fails.
+than the runtime it judges. `bridge parity` and `bridge export`'s own check
+therefore judge against the model run in float64 (bridge.parity.truth, which
+gives PASS or FAIL with FLOAT64_FACTOR below).
 """
 from __future__ import annotations
 
@@ -29,7 +23,7 @@ import numpy as np
 # a row sums to 1 within this: a softmax (or any probability vector)
 SUM_TOLERANCE = 1e-3
 
-# the status of a comparison excused by one of the rules here: not a pass, not a FAIL
+# the status of a comparison excused by the softmax rule here: not a pass, not a FAIL
 ILL_CONDITIONED = "ill-conditioned"
 
 # a runtime may be this many times further from float64 than TF float32 is: float32 runs of one
@@ -37,32 +31,6 @@ ILL_CONDITIONED = "ill-conditioned"
 # BN statistics, TF float32 1.5e-3 from float64: onnxruntime 1.2x that, TFLite 1.9x, onnx's reference
 # evaluator 2.5x); a 1% error where TF is 3e-4 away is ~30x, and fails
 FLOAT64_FACTOR = 3.0
-
-
-def against_float64(runtime: str, got_vs_f64, tf_vs_f64) -> "tuple[bool, str]":
-    """(excused, note) for a runtime's output that failed against TF float32.
-    Both arguments are bridge.parity.compare.Comparison results against the
-    float64 answer under the output's own tolerance: the runtime's, and TF
-    float32's."""
-    g, t = got_vs_f64, tf_vs_f64
-    if g.nonfinite or not np.isfinite(g.excess) or not np.isfinite(g.mean_abs_error):
-        what = "is not finite where float64 is" if g.nonfinite else "cannot be compared with float64"
-        return False, f"{runtime} {what} ({g.note or 'NaN/Inf'})"
-    if t.nonfinite or not np.isfinite(t.excess) or not np.isfinite(t.mean_abs_error):
-        return False, "TF float32 is not finite where float64 is: no float64 verdict"
-    if t.passed:  # TF float32 is right within the tolerance: so must the runtime be
-        if g.passed:
-            return True, (f"{ILL_CONDITIONED}: TF float32 is {t.max_abs_error:.2g} from float64 and {runtime} "
-                          f"{g.max_abs_error:.2g}, each within the tolerance of float64")
-        return False, (f"{runtime} is {g.max_abs_error:.2g} from float64 ({g.excess:.3g}x allowed) where TF float32 "
-                       f"is within the tolerance ({t.max_abs_error:.2g}): a real mismatch")
-    worst, mean = g.excess / t.excess, g.mean_abs_error / max(t.mean_abs_error, np.finfo(np.float64).tiny)
-    if worst <= FLOAT64_FACTOR and mean <= FLOAT64_FACTOR:
-        return True, (f"{ILL_CONDITIONED}: TF float32 itself is {t.max_abs_error:.2g} from float64 "
-                      f"({t.excess:.3g}x allowed); {runtime} {g.max_abs_error:.2g} ({worst:.2g}x TF's worst, "
-                      f"{mean:.2g}x its mean): float32 cannot resolve this output, compare the layers")
-    return False, (f"{runtime} is {g.max_abs_error:.2g} from float64, {max(worst, mean):.2g}x as far as TF float32 "
-                   f"({t.max_abs_error:.2g}; at most {FLOAT64_FACTOR:g}x is rounding): a real mismatch")
 
 
 def explain(got, ref, atol: float) -> str:

@@ -132,9 +132,7 @@ def establish(source, arrays: Mapping[str, np.ndarray], tf_outputs: Mapping[str,
     (log or (lambda msg: None))(f"{NAME}: running")
     t0 = time.perf_counter()
     if source.kind != "keras":
-        what = {"onnx": "an .onnx MODEL", "savedmodel": "a SavedModel (a graph fixed at float32)"}.get(source.kind,
-                                                                                                   source.kind)
-        raise float64_mod.NoFloat64(f"{what} has no float64 twin (Keras models only)")
+        raise float64_mod.NoFloat64(no_twin(source.kind))
     from bridge.parity.tf_common import KerasRunner
     names = list(source.output_names)
     with source.stages.stage(f"{NAME}: run" + (f" ({len(layer_names)} layers marked)" if layer_names else "")):
@@ -159,6 +157,13 @@ def establish(source, arrays: Mapping[str, np.ndarray], tf_outputs: Mapping[str,
             truth.tf_layers[n] = truth._as_tf(n, cmp.compare(tf_layers[n], truth.layers[n], _bound(tf_layers[n])))
     truth.seconds = time.perf_counter() - t0
     return truth
+
+
+def no_twin(kind: str) -> str:
+    """Why a model of this kind (not Keras) has no float64 run."""
+    what = {"onnx": "an .onnx MODEL", "savedmodel": "a SavedModel (a graph fixed at float32)",
+            "graphdef": "a frozen GraphDef (a graph fixed at float32)"}.get(kind, kind)
+    return f"{what} has no float64 twin (Keras models only)"
 
 
 def _bound(tf_tensor) -> cmp.Tolerance:
