@@ -285,14 +285,22 @@ def test_unsupported_op_fails_with_name_and_reason(tmp_path, capsys, igamma_mode
     assert not out.exists() and not list(tmp_path.iterdir())  # no file, not even a temporary one
 
 
-def test_fused_op_in_savedmodel_cannot_lower_but_stays_custom(tmp_path):
+def test_fused_op_in_savedmodel_lowers_to_its_composite_or_stays_custom(tmp_path):
+    """A SavedModel that already holds FusedLayerNorm: lowered, the op becomes
+    its body's composite (builtins only, against the numpy float64 reference);
+    custom keeps it as the CUSTOM op."""
     g, b = np.linspace(0.5, 1.5, 4, dtype=np.float32), np.linspace(-1, 1, 4, dtype=np.float32)
     path = _saved_model(tmp_path / "sm", lambda x: tf_ops.fused_layer_norm(x, g, b))
     source = modelsource.resolve(path)
-    with pytest.raises(ex.TFLiteExportError, match=r"op FusedLayerNorm: .*--mode custom") as info:
-        ex.export(source, str(tmp_path / "x.tflite"), mode="lowered", fuse=False)
-    assert info.value.ops == ("FusedLayerNorm",)
-    result = ex.export(source, str(tmp_path / "x.tflite"), mode="custom", fuse=False)
+    out_file = tmp_path / "x.tflite"
+    ex.export(source, str(out_file), mode="lowered", fuse=False)
+    info = inspect_tflite(str(out_file))
+    assert not info.custom and info.builtin_ops, dict(info.ops)
+    x = np.random.default_rng(3).standard_normal((3, 4)).astype("float32") * 2 + 0.5
+    got = next(iter(ex.run_tflite(out_file.read_bytes(), {"x": x}).values()))
+    spec = ops.get("FusedLayerNorm")
+    assert spec.tolerance["float32"].excess(got, spec.reference(x, g, b, epsilon=1e-6)) <= 1
+    result = ex.export(source, str(tmp_path / "c.tflite"), mode="custom", fuse=False)
     assert set(result.details["custom_ops"]) == {"FusedLayerNorm"}
 
 
