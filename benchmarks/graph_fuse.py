@@ -7,9 +7,14 @@ The built-in model is built unfused (random weights, BatchNorm statistics
 non-trivial), saved with `model.export` as its team would serve it, rewritten
 by graph_fuse.fuse_graph and saved again (`bridge fuse` does exactly this); both
 SavedModels are reloaded and their serving signatures timed in alternating
-rounds at batch 1 (medians). The fused counts are printed beside the .keras
-road's (converters.fuse on the same Keras model): they must be equal. The
-outputs of the two are compared (max |diff|) before timing.
+rounds at batch 1, beside the .keras road (the Keras model unfused and fused by
+converters.fuse, each a tf.function) in the same rounds. Each call is timed in
+wall time (median and fastest) and in this process's CPU time (median): on a
+machine other processes load, the wall median is mostly who else ran (oneDNN's
+OpenMP team waits for a preempted thread at every barrier, TensorFlow's own pool
+does not), while CPU time and the fastest round measure the work. The fused
+counts are printed beside the .keras road's: they must be equal. The outputs of
+the two SavedModels are compared (max |diff|) before timing.
 """
 from __future__ import annotations
 
@@ -25,7 +30,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import alternating_medians, machine_line, target_note  # noqa: E402
+from _common import machine_line, target_note  # noqa: E402
 
 TARGET = 1.5
 
@@ -56,7 +61,7 @@ def main(argv=None) -> int:
     fused, report = fuse_graph(unfused_dir)
     fuse_s = time.perf_counter() - t0
     fused.save(fused_dir)
-    _, keras_report = fuse(model)
+    keras_fused, keras_report = fuse(model)
     keys = [k for k in report.to_dict()["patterns"] if report.fused(k) or keras_report.fused(k)]
     counts = {k: (report.fused(k), keras_report.fused(k)) for k in keys}
     print(f"graph fusion in {fuse_s:.0f} s: " + ", ".join(f"{k} {g} (keras road {k_})" for k, (g, k_) in counts.items()),
@@ -69,22 +74,55 @@ def main(argv=None) -> int:
     x = tf.constant(np.random.default_rng(0).random(shape).astype("float32"))
     a, b = unfused(**{name: x}), fast(**{name: x})
     diff = max(float(np.max(np.abs(a[k].numpy() - b[k].numpy()))) for k in a)
-    medians, rounds = alternating_medians({"unfused": lambda: unfused(**{name: x}),
-                                           "fused": lambda: fast(**{name: x})}, args.repeat)
-    ratio = medians["unfused"] / medians["fused"]
-    result = {"model": args.model, "size": args.size, "width": args.width, "rounds": rounds,
-              "unfused_ms": medians["unfused"] * 1e3, "fused_ms": medians["fused"] * 1e3, "ratio": ratio,
-              "max_abs_diff": diff, "fused_counts_graph_vs_keras": counts, "machine": machine_line()}
+    spec_ = tf.TensorSpec(shape, tf.float32)
+    keras_unfused = tf.function(lambda t: model(t, training=False), input_signature=[spec_])
+    keras_fast = tf.function(lambda t: keras_fused(t, training=False), input_signature=[spec_])
+    times = _timed({"unfused": lambda: unfused(**{name: x}), "fused": lambda: fast(**{name: x}),
+                    "keras unfused": lambda: keras_unfused(x), "keras fused": lambda: keras_fast(x)}, args.repeat)
+    ratios = {m: times["unfused"][m] / times["fused"][m] for m in MEASURES}
+    keras_ratios = {m: times["keras unfused"][m] / times["keras fused"][m] for m in MEASURES}
+    ratio = ratios["cpu_median"]
+    result = {"model": args.model, "size": args.size, "width": args.width, "rounds": args.repeat,
+              "ms": {k: {m: v * 1e3 for m, v in t.items()} for k, t in times.items()},
+              "ratio": ratios, "keras_road_ratio": keras_ratios, "load_average": os.getloadavg()[0],
+              "fuse_s": fuse_s, "max_abs_diff": diff, "fused_counts_graph_vs_keras": counts,
+              "machine": machine_line()}
     if args.json:
         print(json.dumps(result, indent=1))
     else:
         print(machine_line())
-        print(f"{args.model}-{args.size} SavedModel, batch 1, {rounds} rounds: unfused {result['unfused_ms']:.1f} ms, "
-              f"bridge fuse {result['fused_ms']:.1f} ms: {ratio:.2f}x ({target_note(ratio, TARGET)}); "
-              f"outputs differ by {diff:.3g}")
+        print(f"{args.model}-{args.size} width {args.width}, batch 1, {args.repeat} rounds, load average "
+              f"{result['load_average']:.1f}; outputs differ by {diff:.3g}")
+        from bridge.table import render
+        rows = [[k] + [f"{t[m] * 1e3:.1f}" for m in MEASURES] for k, t in times.items()]
+        rows.append(["SavedModel ratio"] + [f"{ratios[m]:.2f}x" for m in MEASURES])
+        rows.append([".keras road ratio"] + [f"{keras_ratios[m]:.2f}x" for m in MEASURES])
+        print(render(["ms per call"] + list(MEASURES), rows))
+        print(f"bridge fuse SavedModel vs model.export SavedModel, CPU time: {ratio:.2f}x "
+              f"({target_note(ratio, TARGET)})")
     import shutil
     shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+MEASURES = ("wall_median", "wall_fastest", "cpu_median")
+
+
+def _timed(fns, repeat):
+    """{contender: {measure: seconds per call}}: one untimed round, then `repeat`
+    rounds calling each contender in turn (drift hits all alike)."""
+    for fn in fns.values():
+        fn()
+    wall = {k: [] for k in fns}
+    cpu = {k: [] for k in fns}
+    for _ in range(repeat):
+        for k, fn in fns.items():
+            t, c = time.perf_counter(), time.process_time()
+            fn()
+            wall[k].append(time.perf_counter() - t)
+            cpu[k].append(time.process_time() - c)
+    return {k: {"wall_median": float(np.median(wall[k])), "wall_fastest": min(wall[k]),
+                "cpu_median": float(np.median(cpu[k]))} for k in fns}
 
 
 if __name__ == "__main__":
