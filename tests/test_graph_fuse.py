@@ -293,6 +293,10 @@ def test_a_frozen_pb_exports_and_passes_parity_with_only_its_tensor_names(hand, 
     for argv in (["export", str(pb), "--to", "onnx", "-o", str(tmp_path / "x.onnx")], ["parity", str(pb)]):
         assert main(argv) == 2
         assert "--outputs" in capsys.readouterr().err
+    for argv in (["export", str(pb), "--to", "onnx", "--inputs", "nope:0", "--outputs", names, "-o",
+                  str(tmp_path / "x.onnx")], ["parity", str(pb), "--graph-inputs", "nope:0", "--outputs", names]):
+        assert main(argv) == 2  # the input names reach the model's reader
+        assert "no placeholder 'nope:0'" in capsys.readouterr().err
     assert not (tmp_path / "x.onnx").exists()
 
 
