@@ -92,17 +92,22 @@ def resolve(ref: Ref, layers: Dict[str, Any]):
     return getattr(layers[label], attr)
 
 
+def named_problems(pattern, cls):
+    """What a Keras and a graph pattern share: known fields, a snake_case key, words for the report."""
+    for name in pattern.unknown:
+        yield name, f"unknown field; a {cls.__name__} has {list(cls.FIELDS)}"
+    if not isinstance(pattern.key, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", pattern.key):
+        yield "key", f"{pattern.key!r} is not a snake_case name"
+    if not isinstance(pattern.matches, str) or not pattern.matches.strip():
+        yield "matches", "say in words what the pattern matches (the fusion report shows it)"
+
+
 def problems(pattern, spec):
     """(field, message) for each thing wrong with `pattern` as a pattern of `spec`."""
     if not isinstance(pattern, Pattern):
         yield "", f"must be a bridge.ops.fusion.Pattern, got {type(pattern).__name__}"
         return
-    for name in pattern.unknown:
-        yield name, f"unknown field; a Pattern has {list(Pattern.FIELDS)}"
-    if not isinstance(pattern.key, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", pattern.key):
-        yield "key", f"{pattern.key!r} is not a snake_case name"
-    if not isinstance(pattern.matches, str) or not pattern.matches.strip():
-        yield "matches", "say in words what the pattern matches (the fusion report shows it)"
+    yield from named_problems(pattern, Pattern)
     if not isinstance(pattern.chain, tuple) or not pattern.chain:
         yield "chain", "a chain of at least one Link (the Keras layers the op replaces), got " \
                        f"{pattern.chain!r}"

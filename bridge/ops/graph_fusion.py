@@ -44,6 +44,8 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Optional, Tuple
 
+from .fusion import named_problems
+
 
 class GraphPattern:
     FIELDS = ("key", "matches", "ends", "ops", "start", "when", "identify", "probe", "folds")
@@ -73,12 +75,7 @@ def problems(pattern, spec):
     if not isinstance(pattern, GraphPattern):
         yield "", f"must be a bridge.ops.graph_fusion.GraphPattern, got {type(pattern).__name__}"
         return
-    for name in pattern.unknown:
-        yield name, f"unknown field; a GraphPattern has {list(GraphPattern.FIELDS)}"
-    if not isinstance(pattern.key, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", pattern.key):
-        yield "key", f"{pattern.key!r} is not a snake_case name"
-    if not isinstance(pattern.matches, str) or not pattern.matches.strip():
-        yield "matches", "say in words what the pattern matches (the fusion report shows it)"
+    yield from named_problems(pattern, GraphPattern)
     for field in ("ends", "ops", "start"):
         value = getattr(pattern, field)
         if (not value and field != "start") or not all(isinstance(o, str) and _OP.fullmatch(o) for o in value):
