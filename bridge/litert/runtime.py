@@ -154,6 +154,9 @@ class Model:
         self.inputs = self._names(0)
         self.outputs = self._names(1)
         self._types = [self._c.bridge_litert_element_type(self._h, 0, k) for k in range(len(self.inputs))]
+        from bridge.litert.shape_guard import file_input_shapes, shape_computed_outputs
+        self._shape_computed = shape_computed_outputs(data)
+        self._file_shapes = file_input_shapes(data)
 
     def _names(self, output: int) -> List[str]:
         return [self._c.bridge_litert_name(self._h, output, k).decode()
@@ -164,6 +167,7 @@ class Model:
         if missing:
             raise LiteRTError(f"missing input {missing[0]!r}; the model takes {self.inputs}")
         arrays = [np.ascontiguousarray(feeds[n], dtype=DTYPES.get(t, None)) for n, t in zip(self.inputs, self._types)]
+        self._refuse_unsized_outputs(arrays)
         ptrs = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
         shapes = (ctypes.c_int64 * max(1, sum(a.ndim for a in arrays)))(*[d for a in arrays for d in a.shape])
         ranks = (ctypes.c_int * len(arrays))(*[a.ndim for a in arrays])
@@ -180,6 +184,23 @@ class Model:
                 raise LiteRTError(f"could not read output {name!r}")
             out[name] = a
         return out
+
+    def _refuse_unsized_outputs(self, arrays) -> None:
+        """An output whose shape a SHAPE op computes, at input shapes other than the
+        file's: the CompiledModel would size its buffer for the file's shapes and the
+        run write past it (shape_guard.py), so the run is refused before it starts."""
+        if not self._shape_computed:
+            return
+        for name, a in zip(self.inputs, arrays):
+            stored = self._file_shapes.get(name)
+            if stored is not None and list(a.shape) != stored:
+                out, shape_op = next(iter(self._shape_computed.items()))
+                raise LiteRTError(
+                    f"output {out!r}: its shape is computed while the model runs (it depends on SHAPE op "
+                    f"output {shape_op!r}), and LiteRT's CompiledModel sizes output buffers before running, for "
+                    f"the file's input shapes: input {name!r} at [{','.join(map(str, a.shape))}] instead of the "
+                    f"file's [{','.join(map(str, stored))}] would be written past its buffer. Convert the model "
+                    f"at these input shapes")
 
     def close(self):
         if getattr(self, "_h", None):

@@ -35,6 +35,9 @@ struct Harness {
   std::vector<std::vector<int64_t>> input_shapes;
   std::vector<LiteRtTensorBuffer> outputs;
   std::vector<LiteRtRankedTensorType> output_types;
+  // set once a run resized an output past the buffer it was bound to: that run
+  // wrote out of bounds, so this compiled model runs no more
+  std::string broken;
 
   ~Harness() {
     clear_outputs();
@@ -175,6 +178,10 @@ BRIDGE_EXPORT int bridge_litert_run(void* handle, const void* const* data, const
                                     char* err, size_t err_size) {
   auto* h = static_cast<Harness*>(handle);
   h->clear_outputs();
+  if (!h->broken.empty()) {
+    say(h->broken + " (an earlier run; open the model again)", err, err_size);
+    return 1;
+  }
   const size_t n_in = h->names[0].size(), n_out = h->names[1].size();
   std::vector<LiteRtTensorBuffer> ins;
   auto cleanup = [&]() {
@@ -270,6 +277,22 @@ BRIDGE_EXPORT int bridge_litert_run(void* handle, const void* const* data, const
     say(why(h, "LiteRtRunCompiledModel", s), err, err_size);
     return 1;
   }
+  // A kernel may resize an output while running (its shape computed from values,
+  // not shapes): then the buffer sized before the run is not its shape. Never a
+  // silently wrong shape; runtime.py refuses the cases it can see before running.
+  std::vector<LiteRtLayout> after(n_out);
+  if (LiteRtGetCompiledModelOutputTensorLayouts(h->compiled, 0, n_out, after.data(), false) == kBridgeLiteRtOk)
+    for (size_t k = 0; k < n_out; ++k) {
+      const std::vector<int64_t> sized = shape_of(h->output_types[k].layout), ran = shape_of(after[k]);
+      if (sized != ran) {
+        h->broken = "output " + h->names[1][k] + ": LiteRT's CompiledModel sized it " + bridge::dims(sized) +
+                    " before the run, which made it " + bridge::dims(ran) +
+                    " (its shape is computed while running); convert the model at these input shapes";
+        say(h->broken, err, err_size);
+        h->clear_outputs();
+        return 1;
+      }
+    }
   return 0;
 }
 
