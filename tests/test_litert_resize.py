@@ -54,13 +54,16 @@ def models(tmp_path_factory):
     return d
 
 
-def _runs(lib, path, lengths):
-    """[(length, output or error)] from one Model in a child process; its exit status."""
+def _runs(lib, path, lengths, guard=True):
+    """[(length, output or error)] from one Model in a child process; its exit status.
+    guard=False: without runtime.py's check, to see the harness's own."""
     code = textwrap.dedent(f"""
         import json, numpy as np, sys
         from pathlib import Path
         from bridge.litert import runtime
         m = runtime.Model({str(path)!r}, custom=False, lib=Path({str(lib)!r}))
+        if not {guard!r}:
+            m._shape_computed = {{}}
         out = []
         for n in {list(lengths)!r}:
             x = np.random.default_rng(n).standard_normal((1, n, 8)).astype(np.float32)
@@ -103,3 +106,15 @@ def test_an_output_that_follows_the_resize_runs_at_every_length(lib, models):
         y = np.asarray(y)
         assert y.shape == ref.shape == (1, n, 5), (y.shape, ref.shape)
         assert np.isfinite(y).all() and np.allclose(y, ref, rtol=1e-5, atol=1e-5), np.abs(y - ref).max()
+
+
+def test_the_harness_refuses_an_output_the_run_resized(lib, models):
+    """The harness's own check after each run, for what runtime.py cannot see
+    beforehand: at length 2 the real output (24 bytes) still fits the 64-byte
+    buffer the harness allocates at least, so nothing is written out of bounds
+    here, but the shape LiteRT sized before the run ([1,1,3]) is not the output's."""
+    rc, got = _runs(lib, models / "shaped.tflite", [2, 1], guard=False)
+    assert rc == 0, (rc, got)
+    first = ("ERROR: output y: LiteRT's CompiledModel sized it [1,1,3] before the run, which made it [1,2,3] "
+             "(its shape is computed while running); convert the model at these input shapes")
+    assert got == [[2, first], [1, first + " (an earlier run; open the model again)"]], got
