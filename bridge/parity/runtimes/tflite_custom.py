@@ -3,11 +3,11 @@ nodes) on LiteRT's CompiledModel (CPU) with bridge's LiteRT kernels
 (bridge/litert): the only runtime here that checks that road numerically. On by
 default; Unavailable (with the reason) where the kernels do not build or pass
 their self-test. The export is shared with the other TFLite runtimes
-(`tflite.exported`), converted at the run's input shapes: bridge's LiteRT
-harness sizes output buffers from the CompiledModel's output layouts, which do
-not follow a resized input through shape-computing ops (a keras_hub BERT whose
-sequence length is left open: outputs at the file's length 1, and the run
-writes past them). No per-layer mode: the CompiledModel exposes signature
+(`tflite.exported`), converted at the run's input shapes: LiteRT's
+CompiledModel gives no output size that follows a resized input through
+shape-computing ops (a keras_hub BERT whose sequence length is left open), so
+bridge.litert.runtime refuses such a resized run (shape_guard) rather than
+letting it write past its buffers. No per-layer mode: the CompiledModel exposes signature
 outputs only."""
 from __future__ import annotations
 
