@@ -16,7 +16,7 @@ from bridge import onnx_plugins
 from bridge import ops as specs
 from bridge.onnx_plugins.one_op import one_op_model
 
-from conftest import assert_close
+from conftest import assert_close, onednn_has_f32_brgemm
 
 ORT_ERRORS = (Fail, InvalidArgument, RuntimeException)  # session creation reports RuntimeException
 
@@ -284,17 +284,6 @@ def _has_onednn(library) -> bool:
     return bool(native.read_build_info(library).get("options", {}).get("BRIDGE_DNNL_ROOT"))
 
 
-def _onednn_has_f32_brgemm() -> bool:
-    """oneDNN 3.2 (the PyPI 2023.2 build) has its brgemm matmul, Winograd's batched GEMMs, only on AVX-512 cores
-    (avx512_core); on an AVX2 CPU (AMD Zen 2) MakeWinoPlan finds none and the plan takes the direct convolution."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = set(f.read().split())
-    except OSError:
-        return False
-    return {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags
-
-
 def _constant_conv(rng, cin, cout, k, strides, pads, dilations=(1, 1)):
     spec = specs.get("YoloConvBnLeaky")
     w = (rng.standard_normal((k, k, cin, cout)) / np.sqrt(k * k * cin)).astype(np.float32)
@@ -326,7 +315,7 @@ def test_constant_weights_conv_matches_the_reference_on_its_road(library, rng, c
     model, params, attrs = _constant_conv(rng, cin, cout, k, strides, pads, dil)
     sess = onnx_plugins.session(model, kernels=["YoloConvBnLeaky"], threads=2)
     expected = road if _has_onednn(library) else "gemm"
-    if expected == "onednn-winograd" and not _onednn_has_f32_brgemm():
+    if expected == "onednn-winograd" and not onednn_has_f32_brgemm():
         expected = "onednn-direct"
     for n, h, w in shapes:
         x = rng.standard_normal((n, h, w, cin)).astype(np.float32)

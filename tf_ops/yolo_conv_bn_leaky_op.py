@@ -101,6 +101,15 @@ def _conv_attrs(op_):
                 explicit_paddings=op_.get_attr("explicit_paddings"), dilations=op_.get_attr("dilations"))
 
 
+def _dilated(filt, dh: int, dw: int):
+    """The HWIO filter with dh-1 / dw-1 zero rows / columns between its taps: [(KH-1)*dh+1, (KW-1)*dw+1, Cin, Cout]."""
+    kh, kw, cin, cout = (tf.shape(filt)[i] for i in range(4))
+    wide = tf.pad(filt[:, None], [[0, 0], [0, dh - 1], [0, 0], [0, 0], [0, 0]])
+    wide = tf.reshape(wide, [kh * dh, kw, cin, cout])[:(kh - 1) * dh + 1]
+    wide = tf.pad(wide[:, :, None], [[0, 0], [0, 0], [0, dw - 1], [0, 0], [0, 0]])
+    return tf.reshape(wide, [(kh - 1) * dh + 1, kw * dw, cin, cout])[:, :(kw - 1) * dw + 1]
+
+
 def _gradient(op_, dy):
     """All seven input gradients through the fold, from TF ops so that second
     derivatives compose:
@@ -122,8 +131,18 @@ def _gradient(op_, dy):
     dz = tf.where(positive, dy, dy * tf.cast(alpha, dy.dtype))
     rstd = tf.math.rsqrt(bn_variance + epsilon)
     s = bn_gamma * rstd
-    dx = tf.raw_ops.Conv2DBackpropInput(input_sizes=tf.shape(x), filter=filt * s, out_backprop=dz, **conv)
-    dw_fold = tf.raw_ops.Conv2DBackpropFilter(input=x, filter_sizes=tf.shape(filt), out_backprop=dz, **conv)
+    dh, dw = conv["dilations"][1], conv["dilations"][2]
+    if dh > 1 or dw > 1:
+        # TF's CPU backprop kernels refuse dilations > 1 where oneDNN is off (AVX2 CPUs): the same convolution with
+        # the zeros written into the filter has dilation 1, and its filter gradient holds dW' on the dilated taps
+        conv = dict(conv, dilations=[1, 1, 1, 1])
+        wide = _dilated(filt, dh, dw)
+        dx = tf.raw_ops.Conv2DBackpropInput(input_sizes=tf.shape(x), filter=wide * s, out_backprop=dz, **conv)
+        dw_fold = tf.raw_ops.Conv2DBackpropFilter(input=x, filter_sizes=tf.shape(wide), out_backprop=dz,
+                                                  **conv)[::dh, ::dw]
+    else:
+        dx = tf.raw_ops.Conv2DBackpropInput(input_sizes=tf.shape(x), filter=filt * s, out_backprop=dz, **conv)
+        dw_fold = tf.raw_ops.Conv2DBackpropFilter(input=x, filter_sizes=tf.shape(filt), out_backprop=dz, **conv)
     db = tf.reduce_sum(dz, axis=[0, 1, 2])
     ds = tf.reduce_sum(dw_fold * filt, axis=[0, 1, 2]) + db * (conv_bias - bn_mean)
     d_gamma = ds * rstd
