@@ -34,6 +34,7 @@ from bridge import ops as _specs
 from .fuse_report import FuseReport
 from .graph_model import GraphModel, GraphModelError, load
 from .graph_region import GraphIndex, Region, producer, ref
+from .tf2onnx_repairs import fresh_name
 
 TOLERANCE = 1e-6
 SCALES = ((1.0, 0.5), (1e-3, 1.0), (30.0, -2.0))   # (scale, offset) of the random inputs a match is checked on
@@ -192,7 +193,7 @@ def rewrite(gm: GraphModel, index: GraphIndex, plans):
             dtype = np.dtype(region.dtype)
             names = []
             for arg, value in zip(spec.inputs[1:], values):
-                cname = _fresh(f"{node.name}/{arg.name}", used)
+                cname = fresh_name(f"{node.name}/{arg.name}", used)
                 c = out.node.add()
                 c.name, c.op = cname, "Const"
                 c.attr["dtype"].type = tf.as_dtype(dtype).as_datatype_enum
@@ -210,15 +211,6 @@ def rewrite(gm: GraphModel, index: GraphIndex, plans):
         elif node.name not in gone:
             out.node.add().CopyFrom(node)
     return _pruned(out, [t for t, _ in gm.outputs], [t for t, _, _, _ in gm.inputs])
-
-
-def _fresh(name: str, used: set) -> str:
-    out, k = name, 1
-    while out in used:
-        k += 1
-        out = f"{name}_{k}"
-    used.add(out)
-    return out
 
 
 def _set_attr(value, attr, v) -> None:

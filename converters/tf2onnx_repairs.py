@@ -38,18 +38,18 @@ def split_extra_conv_bias(model) -> int:
         extra = list(node.input[3:])
         del node.input[3:]
         final = node.output[0]
-        current = _fresh(f"{final}/conv", taken)
+        current = fresh_name(f"{final}/conv", taken)
         node.output[0] = current
         nodes.append(node)
         spatial = _spatial_rank(graph, node)
         if spatial not in shapes:  # (C, 1, 1) broadcasts a channel vector against NCHW
-            shapes[spatial] = _fresh("bridge_channel_bias_shape", taken)
+            shapes[spatial] = fresh_name("bridge_channel_bias_shape", taken)
             graph.initializer.append(numpy_helper.from_array(np.array([-1] + [1] * spatial, np.int64),
                                                              shapes[spatial]))
         shape_name = shapes[spatial]
         for i, bias in enumerate(extra):
-            column = _fresh(f"{final}/bias{i + 1}", taken)
-            out = final if i == len(extra) - 1 else _fresh(f"{final}/sum{i + 1}", taken)
+            column = fresh_name(f"{final}/bias{i + 1}", taken)
+            out = final if i == len(extra) - 1 else fresh_name(f"{final}/sum{i + 1}", taken)
             nodes.append(helper.make_node("Reshape", [bias, shape_name], [column], name=column))
             nodes.append(helper.make_node("Add", [current, column], [out], name=out))
             current = out
@@ -86,13 +86,13 @@ def scalar_one_hot_depth(model) -> int:
             nodes.append(node)  # already a scalar, or no valid depth at all (the checker names it)
             continue
         if depth not in scalars:
-            scalars[depth] = _fresh(f"{depth}/scalar", taken)
+            scalars[depth] = fresh_name(f"{depth}/scalar", taken)
             if init is not None:
                 graph.initializer.append(numpy_helper.from_array(numpy_helper.to_array(init).reshape(()),
                                                                  scalars[depth]))
             else:
                 if scalar_shape is None:  # the shape [] that Reshape makes a scalar with
-                    scalar_shape = _fresh("bridge_scalar_shape", taken)
+                    scalar_shape = fresh_name("bridge_scalar_shape", taken)
                     graph.initializer.append(numpy_helper.from_array(np.zeros(0, np.int64), scalar_shape))
                 nodes.append(helper.make_node("Reshape", [depth, scalar_shape], [scalars[depth]],
                                               name=scalars[depth]))
@@ -121,7 +121,8 @@ def _names(graph) -> Set[str]:
     return names
 
 
-def _fresh(base: str, taken: Set[str]) -> str:
+def fresh_name(base: str, taken: Set[str]) -> str:
+    """`base`, or `base_2`, `base_3`, ... : the first not in `taken`, which it joins."""
     name, k = base, 1
     while name in taken:
         k += 1
