@@ -106,13 +106,14 @@ def test_infer_shape_twin_matches_the_spec(spec):
     _twin_says_what_the_spec_says(spec, _cases(spec))
 
 
-# -- a team's table, on shapes it was not fitted on --------------------------------------
-# tables._team_table picks the first pattern that agrees with the spec on
-# probe_shapes(spec) (seed 0), and _cases above draws from that same seed for a team's
-# op (it has one attribute set): those cases cannot fail. These can: other seeds, a
-# wider vocabulary (ranks to 6, dims to 768) and shapes written out by hand.
+# -- a team's rule, on shapes of every rank ------------------------------------------------
 TEAM_SPECS = [TEAM, SCAFFOLD]
-HELD_OUT_SEEDS = (1001, 1002, 1003)
+
+
+def _held_out_attrs(spec):
+    """The examples' attributes, and one set of other values."""
+    other = {a.name: (-2.5 if a.type == "float" else 3) for a in spec.onnx_attrs if a.type in ("float", "int")}
+    return tables.team_attrs(spec) + ([other] if other else [])
 
 
 def _wide_probes(spec, seed: int, count: int):
@@ -135,25 +136,10 @@ def _wide_probes(spec, seed: int, count: int):
     return out
 
 
-def _held_out_attrs(spec):
-    """The attributes the table was fitted with, and one set of other values."""
-    other = {a.name: (-2.5 if a.type == "float" else 3) for a in spec.onnx_attrs if a.type in ("float", "int")}
-    return tables.team_attrs(spec) + ([other] if other else [])
-
-
 def _held_out_cases(spec, count=400):
-    fitted = set(tables.probe_shapes(spec))  # what _team_table fitted the pattern on
-    shapes = [s for seed in HELD_OUT_SEEDS for s in tables.probe_shapes(spec, seed=seed, count=count)]
+    shapes = [s for seed in (1001, 1002, 1003) for s in tables.probe_shapes(spec, seed=seed, count=count)]
     shapes += _wide_probes(spec, seed=7, count=count)
-    unseen = list(dict.fromkeys(s for s in shapes if s not in fitted))
-    return [(s, a) for a in _held_out_attrs(spec) for s in unseen]
-
-
-@pytest.mark.parametrize("spec", TEAM_SPECS, ids=lambda s: s.name)
-def test_team_table_holds_on_shapes_it_was_not_fitted_on(spec):
-    cases = _held_out_cases(spec)
-    assert sum(1 for s, _ in cases if s[0] is not None and len(s[0]) > 4) >= 50  # ranks the fit never saw
-    _twin_says_what_the_spec_says(spec, cases)
+    return [(s, a) for a in _held_out_attrs(spec) for s in dict.fromkeys(shapes)]
 
 
 # (x, bias) -> the output's shape, or the argument the refusal names; both team ops
@@ -222,22 +208,12 @@ def test_infer_dtype_twin(spec):
             shape_cpp.infer_dtypes(spec, ("float32", "float16") + ("float32",) * (n - 2))
 
 
-def test_team_op_gets_the_pattern_its_shape_function_states():
-    assert tables.table_origin(TEAM) == "last-axis parameters"
-    assert tables.table_origin(SCAFFOLD) == "last-axis bias (bridge op new)"
-    assert tables.table_origin(ops.get("YoloDecode")) == "bridge's table"
-
-
-def test_builtin_tables_are_found_by_their_module_file():
-    """Each built-in op's table is its own bridge/ascend/infer_shape/<module>.py (no
-    central list), and no file there is left without an op."""
-    folder = ROOT / "bridge" / "ascend" / "infer_shape"
-    files = {p.stem for p in folder.glob("*.py") if p.stem != "__init__"}
-    builtin = [s for s in ops.all_specs() if ops.is_builtin(s)]
-    assert files == {s.module for s in builtin}
-    for spec in builtin:
-        assert tables.own_table(spec).__module__ == f"bridge.ascend.infer_shape.{spec.module}"
-    assert tables.own_table(TEAM) is None
+def test_every_op_states_its_rule_in_its_spec():
+    """The GE table is the spec's own rule, bridge's ops and a team's alike: no file
+    beside the spec, no guessing from the shape function."""
+    assert not (ROOT / "bridge" / "ascend" / "infer_shape").exists()
+    for spec in SPECS:
+        assert tables.shape_table(spec) == tuple(spec.shape_rule) and spec.shape_rule
 
 
 def test_both_routes_carry_the_same_shape_function():
@@ -251,16 +227,17 @@ def test_both_routes_carry_the_same_shape_function():
     assert default[f"{opp.SHAPE_DIR}/bridge_ge_core.h"] == custom["op_graph/src/bridge_ge_core.h"]
 
 
-def test_team_op_no_pattern_fits_is_refused_by_name():
+def test_team_op_without_a_rule_is_refused_by_name():
     import dataclasses
 
     def infer(x, bias):
         if x is not None and len(x) != 3:
             raise ops.OpError("OddOp", "x", "must have rank 3")
         return (x,)
-    odd = dataclasses.replace(TEAM, name="OddOp", _infer=infer)
-    with pytest.raises(tables.NoShapeTable, match=r"OddOp: no generated InferShape agrees .*must have rank 3"):
+    odd = dataclasses.replace(TEAM, name="OddOp", _infer=infer, shape_rule=())
+    with pytest.raises(tables.NoShapeTable, match=r"OddOp: its spec states no shape rule"):
         tables.shape_table(odd)
+    assert odd not in tables.custom_specs()
 
 
 def test_names_that_cannot_be_cpp_identifiers_are_refused():
@@ -415,9 +392,8 @@ def _twin_line(spec, shapes, attrs) -> str:
 
 
 def _program_cases(spec):
-    """What the compiled C++ runs on: _cases, and for a team's op also shapes its table was
-    not fitted on and the hand-written ones (its C++ is compared with the twin, the twin
-    with the spec on those)."""
+    """What the compiled C++ runs on: _cases, and for a team's op also wider shapes (ranks
+    to 6) and the hand-written ones (its C++ is compared with the twin)."""
     cases = _cases(spec, count=120)
     if any(spec is t for t in TEAM_SPECS):
         cases += [(s, _f32(a)) for s, a in _held_out_cases(spec, count=60)]
@@ -903,10 +879,16 @@ def test_cmake_configures_and_asks_for_the_kernels(tmp_path):
     assert subprocess.run(["bash", "-n", str(pkg / "install.sh")]).returncode == 0
 
 
-def test_team_op_that_refuses_every_probe_gets_no_table():
-    """A required attribute and no examples: every probe fails on the attribute, so an
-    agreement with any pattern would prove nothing."""
+def test_a_rule_that_reads_what_the_op_lacks_is_refused_with_the_spec():
     import dataclasses
-    needy = dataclasses.replace(TEAM, name="NeedyOp", attrs=(ops.Attr("k", "int"),), onnx_attrs=(ops.Attr("k", "int"),))
-    with pytest.raises(tables.NoShapeTable, match="NeedyOp: the spec's shape function accepts none of the probe"):
-        tables.shape_table(needy)
+    from bridge.ops import registry, shape_rules
+    bad = dataclasses.replace(TEAM, name="NeedyOp", shape_rule=(
+        shape_rules.Require("x", shape_rules.Rank(0).ge(shape_rules.Attr("k")), "too small"),
+        shape_rules.OutSame(0, 0)))
+    with pytest.raises(registry.SpecError, match=r"NeedyOp: field 'shape_rule': \[0\] Require reads 'k' as an int "
+                       r"attribute"):
+        registry.check(bad, "needy.py")
+    with pytest.raises(registry.SpecError, match=r"field 'shape_rule': shapes no output 0"):
+        registry.check(dataclasses.replace(TEAM, shape_rule=(shape_rules.Let("c", shape_rules.Dim(0, -1)),)), "x.py")
+    with pytest.raises(registry.SpecError, match=r"field 'shape_rule': an op states its shape rule"):
+        registry.check(dataclasses.replace(TEAM, shape_rule=()), "x.py")

@@ -1,7 +1,7 @@
 """A fourth built-in op needs only its spec (bridge/ops/<op>.py with its `body`)
 for the ONNX function, the lowered export, the reference kernel and the whole GE
-road: the per-op files of onnx_plugins/ and bridge/ascend/infer_shape/ are
-optional (here a scratch op registered as bridge's own, with neither)."""
+road: the per-op files of onnx_plugins/ are optional, and its GE InferShape is its
+spec's shape rule (here a scratch op registered as bridge's own)."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -47,8 +47,8 @@ def test_a_builtin_op_with_only_its_spec_file(scratch, rng):
         None, {"x": x, "gamma": gamma, "beta": beta})[0]
     assert scratch.tolerance["float32"].excess(got, ref) <= 1
     assert "ParseOpToGraphScratchNorm" in package_files()[plugin_file(scratch)]
-    assert "no shape function of its own" in op_proto_source(scratch)   # no infer_shape/scratch_norm.py
-    assert "no shape function of its own" not in op_proto_source(ops.get("YoloDecode"))
+    assert "no shape function of its own" not in op_proto_source(scratch)   # the spec's shape_rule
+    assert "no shape function of its own" in op_proto_source(replace(scratch, shape_rule=(), _infer=lambda x, g, b, **a: (x,)))
 
 
 def test_a_builtin_op_without_a_tf_side_leaves_the_others_working_and_shows_its_hole():

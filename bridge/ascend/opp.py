@@ -12,7 +12,8 @@ from typing import Dict
 from bridge.ascend import render_cpp
 from bridge.ascend.builtin import decomposition, supported_specs
 from bridge.ascend.ge_custom import common, shape_cpp
-from bridge.ascend.ge_custom.tables import NoShapeTable, same_as_first_input, shape_table
+from bridge.ascend.ge_custom.tables import NoShapeTable, shape_table
+from bridge.ops.shape_rules import same_as_first_input
 from bridge.ascend.ge_names import ge_op_type
 from bridge.ascend.origins import plugin_origins
 
@@ -65,7 +66,7 @@ def proto_shape_table(spec):
     try:
         return shape_table(spec), True
     except NoShapeTable:
-        return tuple(same_as_first_input(spec)), False
+        return same_as_first_input(len(spec.outputs)), False
 
 
 def op_proto_shape_header(spec) -> str:

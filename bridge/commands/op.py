@@ -71,19 +71,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from bridge.ops import Arg, Attr, OpError, OpSpec, Tolerance
-from bridge.ops.spec import dims
+from bridge.ops import Arg, Attr, OpSpec, Tolerance, shape_rules
 
 NAME = "{name}"
-
-
-def _infer(x, bias, *, alpha):
-    """Output shapes from input shapes (None: unknown); OpError on bad input."""
-    if x is not None and len(x) == 0:
-        raise OpError(NAME, "x", "must have rank >= 1, got a scalar (shape [])")
-    if bias is not None and x is not None and (len(bias) != 1 or bias[0] not in (None, x[-1])):
-        raise OpError(NAME, "bias", f"must have shape [C] (the last dim of x {{dims(x)}}), got {{dims(bias)}}")
-    return (x,)
 
 
 def _reference(x, bias, *, alpha):
@@ -108,7 +98,9 @@ SPEC = OpSpec(
     dtypes=("float32", "float16"),
     tolerance={{"float32": Tolerance(1e-5), "float16": Tolerance(2e-3)}},
     _reference=_reference,
-    _infer=_infer,
+    # The shapes as data (bridge.ops.shape_rules): x of rank >= 1, bias [C] with C the
+    # last dim of x, y shaped as x; every backend's check is made from it.
+    shape_rule=shape_rules.last_axis_bias(("x", "bias")),
     _to_onnx=lambda _shapes=None, **attrs: dict(attrs),
     _from_onnx=lambda **attrs: dict(attrs),
     domain="{domain}",

@@ -6,23 +6,22 @@ import numpy as np
 from .cases import BadInput, Example
 from .fusion import Link, Pattern
 from .graph_fusion import GraphPattern
-from .spec import Arg, Attr, OpError, OpSpec, Tolerance, dims
+from .shape_rules import Dim, DimsOf, Int, Let, OutSame, Rank, Require, ShapeOf, Var
+from .spec import Arg, Attr, OpSpec, Tolerance
 
 NAME = "FusedLayerNorm"
 
 
-def _infer(x, gamma, beta, *, epsilon):
-    if x is not None and len(x) == 0:
-        raise OpError(NAME, "x", "must have rank >= 1, got a scalar (shape [])")
-    h = None if x is None else x[-1]
-    for arg, shape in (("gamma", gamma), ("beta", beta)):
-        if shape is None:
-            continue
-        if len(shape) != 1:
-            raise OpError(NAME, arg, f"must have shape [H]={dims((h,))} (the last dim of x {dims(x)}), got {dims(shape)}")
-        if h is not None and shape[0] is not None and shape[0] != h:
-            raise OpError(NAME, arg, f"must have shape [H]=[{h}] (the last dim of x {dims(x)}), got {dims(shape)}")
-    return (x,)
+def _shape_rule():
+    """gamma and beta are [H], H the last dim of x; y is x."""
+    h = Var("h")
+    rule = [Require("x", Rank(0).ne(0), "must have rank >= 1, got a scalar (shape [])"), Let("h", Dim(0, -1))]
+    for i, arg in ((1, "gamma"), (2, "beta")):
+        rule.append(Require(arg, Rank(i).eq(1), "must have shape [H]=", DimsOf((h,)), " (the last dim of x ",
+                            ShapeOf(0), "), got ", ShapeOf(i)))
+        rule.append(Require(arg, Dim(i, 0).eq(h), "must have shape [H]=[", Int(h), "] (the last dim of x ",
+                            ShapeOf(0), "), got ", ShapeOf(i)))
+    return tuple(rule) + (OutSame(0, 0),)
 
 
 def _reference(x, gamma, beta, *, epsilon):
@@ -211,7 +210,7 @@ SPEC = OpSpec(
     dtypes=("float32", "float16"),
     tolerance={"float32": Tolerance(1e-5), "float16": Tolerance(2e-3)},
     _reference=_reference,
-    _infer=_infer,
+    shape_rule=_shape_rule(),
     _to_onnx=_same,
     _from_onnx=lambda **a: dict(a),
     _examples=_examples,

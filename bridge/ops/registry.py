@@ -23,7 +23,7 @@ from typing import Dict, List, Optional
 
 from bridge.errors import BridgeError
 
-from . import fusion, graph_fusion
+from . import fusion, graph_fusion, shape_rules
 from .spec import REQUIRED, OpError, OpSpec, Tolerance, _coerce
 
 ENTRY_POINT_GROUP = "bridge.ops"
@@ -54,10 +54,15 @@ def check(spec, origin: str) -> OpSpec:
         raise SpecError(origin, "module", f"{spec.module!r} is not a snake_case module name", op)
     if not re.fullmatch(r"[A-Za-z0-9_.\-]+", spec.domain or ""):
         raise SpecError(origin, "domain", f"{spec.domain!r} is not an ONNX domain name", op)
-    for field in ("_reference", "_infer", "_to_onnx", "_from_onnx"):
+    for field in ("_reference", "_to_onnx", "_from_onnx"):
         if not callable(getattr(spec, field)):
-            raise SpecError(origin, field, "must be a function (the numpy reference, shape function and "
-                            "attribute mappings are part of every op)", op)
+            raise SpecError(origin, field, "must be a function (the numpy reference and attribute mappings are "
+                            "part of every op)", op)
+    if spec._infer is not None and not callable(spec._infer):
+        raise SpecError(origin, "_infer", "must be a function (the shape function) or None", op)
+    if spec._infer is None and not spec.shape_rule:
+        raise SpecError(origin, "shape_rule", "an op states its shape rule (bridge.ops.shape_rules statements; "
+                        "shape_rules.same_as_first_input(n) is the simplest), or gives a shape function `_infer`", op)
     if not spec.inputs or not spec.outputs:
         raise SpecError(origin, "inputs" if not spec.inputs else "outputs", "an op has at least one", op)
     names = [a.name for a in spec.inputs + spec.outputs]
@@ -79,6 +84,9 @@ def check(spec, origin: str) -> OpSpec:
                 except OpError:
                     raise SpecError(origin, f"{field}.{a.name}", f"default {a.default!r} is not a {a.type}",
                                     op) from None
+    for message in shape_rules.problems(spec.shape_rule, [a.name for a in spec.inputs], len(spec.outputs),
+                                        {a.name: a.type for a in spec.onnx_attrs}):
+        raise SpecError(origin, "shape_rule", message, op)
     if spec.body is not None and not callable(spec.body):
         raise SpecError(origin, "body", "the decomposition must be a function body(b, *inputs, outputs)", op)
     _check_fusion(spec, origin)
@@ -137,7 +145,7 @@ def _specs_of(module, origin: str) -> List[OpSpec]:
 def load_builtins() -> None:
     package = sys.modules[__package__]
     for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
-        if info.name.startswith("_") or info.name in ("spec", "registry"):
+        if info.name.startswith("_") or info.name in ("spec", "registry", "op_error", "shape_rules"):
             continue
         module = importlib.import_module(f"{__package__}.{info.name}")
         if hasattr(module, "SPEC"):

@@ -12,7 +12,8 @@ from typing import Any, Callable, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import nonfinite
+from . import nonfinite, shape_rules
+from .op_error import OpError, Shape, dims
 
 DOMAIN = "com.bridge"
 DOMAIN_VERSION = 1
@@ -25,20 +26,6 @@ class _Required:
 
 REQUIRED: Any = _Required()
 
-Shape = Optional[Tuple[Optional[int], ...]]  # None: unknown rank; a None dim: unknown size
-
-
-class OpError(ValueError):
-    """Bad input to an op: the message names the op, the argument and the shapes."""
-
-    # Inside tf.function, AutoGraph re-raises exceptions whose constructor is not
-    # (message) as a StagingError, which is no ValueError; this flag lets OpError
-    # through unchanged (read by tensorflow/python/autograph/impl/api.py).
-    ag_pass_through = True
-
-    def __init__(self, op: str, arg: str, message: str):
-        self.op, self.arg = op, arg
-        super().__init__(f"{op}: argument '{arg}': {message}")
 
 
 @dataclass(frozen=True)
@@ -120,9 +107,16 @@ class OpSpec:
     dtypes: Tuple[str, ...]        # numpy names of the allowed T, first is the default
     tolerance: dict                # dtype name -> Tolerance
     _reference: Callable[..., Any] = field(repr=False)
-    _infer: Callable[..., Tuple[Shape, ...]] = field(repr=False)
     _to_onnx: Callable[..., dict] = field(repr=False)
     _from_onnx: Callable[..., dict] = field(repr=False)
+    # The shape rule as data (shape_rules.py statements over the inputs and the
+    # com.bridge node's attributes): what infer_shapes evaluates, and what the
+    # kernels' checks, the TF shape function and GE's InferShape are rendered from.
+    shape_rule: Tuple[Any, ...] = field(default=(), repr=False)
+    # A shape function in Python, for an op whose TF attributes need the input
+    # shapes to become the node's (YoloConvBnLeaky's SAME): used instead of
+    # evaluating shape_rule here, which must then agree with it (tests).
+    _infer: Optional[Callable[..., Tuple[Shape, ...]]] = field(default=None, repr=False)
     domain: str = DOMAIN
     domain_version: int = DOMAIN_VERSION
     # The op's one decomposition into standard ONNX ops, body(b, *inputs, outputs) on
@@ -170,7 +164,10 @@ class OpSpec:
             raise OpError(self.name, "inputs", f"expected {len(self.inputs)} inputs, got {len(input_shapes)}")
         shapes = tuple(None if s is None else tuple(None if d is None or d < 0 else int(d) for d in s)
                        for s in input_shapes)
-        return tuple(self._infer(*shapes, **attrs))
+        if self._infer is not None:
+            return tuple(self._infer(*shapes, **attrs))
+        onnx_attrs = self.resolve_onnx(self._to_onnx(shapes, **attrs))
+        return shape_rules.evaluate(self.name, self.shape_rule, len(self.outputs), shapes, onnx_attrs)
 
     def reference(self, *inputs, **attrs):
         """The numpy float64 reference: the judge every backend is tested against.
@@ -253,10 +250,3 @@ def _coerce(op: str, a: Attr, value):
     except (TypeError, ValueError):
         pass
     raise OpError(op, a.name, f"expected {a.type}, got {value!r}")
-
-
-def dims(shape: Shape) -> str:
-    """A shape as users read it: [1,?,7] or <unknown rank>."""
-    if shape is None:
-        return "<unknown rank>"
-    return "[" + ",".join("?" if d is None else str(d) for d in shape) + "]"

@@ -9,6 +9,8 @@ import numpy as np
 from .cases import BadInput, Example
 from .fusion import Link, Pattern
 from .graph_fusion import GraphPattern
+from .shape_rules import (Coalesce, Dim, DimsOf, EachItem, Int, Item, Len, Let, ListOf, Out, Rank, Require, ShapeOf,
+                          Var, all_of)
 from .spec import Arg, Attr, OpError, OpSpec, Tolerance, dims
 
 NAME = "YoloConvBnLeaky"
@@ -144,6 +146,40 @@ def tf32_error_bound(x, filt, conv_bias, bn_gamma, bn_beta, bn_mean, bn_variance
     w, _ = fold(filt, *(np.asarray(a, np.float64) for a in (conv_bias, bn_gamma, bn_beta, bn_mean, bn_variance)),
                 epsilon)
     return 2.0 ** -9 * conv2d_nhwc(np.abs(x), np.abs(w), pads, strides[1:3], dilations[1:3])
+
+
+def _shape_rule():
+    """NHWC out by TF's arithmetic on the node's explicit pads; the per-channel
+    inputs are [Cout]. In the node's attributes (pads, not SAME): `_infer` states
+    the same for TF's, which need the input shapes to become pads."""
+    rule = []
+    for arg, what in (("strides", "[sh,sw]"), ("dilations", "[dh,dw]")):
+        rule.append(Require(arg, all_of(Len(arg).eq(2), EachItem(arg, "Ge", 1)), f"needs 2 positive values {what}, got ",
+                            ListOf(arg)))
+    rule.append(Require("pads", all_of(Len("pads").eq(4), EachItem("pads", "Ge", 0)),
+                        "needs 4 non-negative values [top,left,bottom,right], got ", ListOf("pads")))
+    rule.append(Require("x", Rank(0).eq(4), "must have rank 4 [N,H,W,Cin], got ", ShapeOf(0)))
+    rule.append(Require("filter", Rank(1).eq(4), "must have rank 4 [KH,KW,Cin,Cout], got ", ShapeOf(1)))
+    rule.append(Require("filter", Dim(0, 3).eq(Dim(1, 2)), "Cin mismatch: x ", ShapeOf(0), " has Cin=", Dim(0, 3),
+                        ", filter ", ShapeOf(1), " has Cin=", Dim(1, 2)))
+    cout = Var("cout")
+    rule.append(Let("cout", Dim(1, 3)))
+    for i, arg in enumerate(PARAMS, start=2):
+        rule.append(Require(arg, all_of(Rank(i).eq(1), Dim(i, 0).eq(cout)), "must have shape [Cout]=",
+                            DimsOf((cout,)), " (filter ", ShapeOf(1), "), got ", ShapeOf(i)))
+        rule.append(Let("cout", Coalesce(cout, Dim(i, 0))))
+    for axis, ax in ((0, "h"), (1, "w")):
+        size, k = Dim(0, 1 + axis), Dim(1, axis)
+        stride, dilation = Item("strides", axis), Item("dilations", axis)
+        before, after = Item("pads", axis), Item("pads", 2 + axis)
+        eff, num = Var(f"eff_{ax}"), Var(f"num_{ax}")
+        rule += [Let(f"eff_{ax}", (k - 1) * dilation + 1),
+                 Let(f"num_{ax}", size + before + after - eff + stride),
+                 Require("x", num.ge(0), f"{ax.upper()} axis of x ", ShapeOf(0), " with filter ", ShapeOf(1),
+                         ": computed output size would be negative: input ", Int(size), " + padding ", before, "+",
+                         after, ", effective filter ", eff, ", stride ", stride),
+                 Let(f"o_{ax}", num // stride)]
+    return tuple(rule) + (Out(0, [Dim(0, 0), Var("o_h"), Var("o_w"), cout]),)
 
 
 def _to_onnx(input_shapes, *, strides, padding, explicit_paddings, dilations, epsilon, alpha):
@@ -369,6 +405,7 @@ SPEC = OpSpec(
     tolerance={"float32": Tolerance(1e-4), "float16": Tolerance(4e-3)},
     _reference=_reference,
     _infer=_infer,
+    shape_rule=_shape_rule(),
     _to_onnx=_to_onnx,
     _from_onnx=_from_onnx,
     _examples=_examples,

@@ -5,36 +5,36 @@ import numpy as np
 
 from .cases import BadInput, Example
 from .fusion import Link, Pattern
-from .spec import Arg, Attr, OpError, OpSpec, Tolerance, dims
+from .shape_rules import (Attr as AttrInt, Const, Dim, EachItem, FirstFailing, Len, Let, ListOf, Out, Rank, Require,
+                          ShapeOf, Var, all_of)
+from .spec import Arg, Attr, OpSpec, Tolerance
 
 NAME = "YoloDecode"
 
 
-def check_attrs(anchors, num_classes, stride):
-    if len(anchors) == 0 or len(anchors) % 2:
-        raise OpError(NAME, "anchors", f"needs 2*A values [w0,h0,w1,h1,...], got {len(anchors)}")
-    bad = [a for a in anchors if not a > 0]
-    if bad:
-        raise OpError(NAME, "anchors", f"must all be positive, got {bad[0]!r} in {list(anchors)}")
-    if num_classes < 1:
-        raise OpError(NAME, "num_classes", f"must be >= 1, got {num_classes}")
-    if stride < 1:
-        raise OpError(NAME, "stride", f"must be >= 1, got {stride}")
-
-
-def _infer(raw, *, anchors, num_classes, stride, scale_x_y):
-    check_attrs(anchors, num_classes, stride)
-    a = len(anchors) // 2
-    c = a * (5 + num_classes)
-    if raw is None:
-        return (None, None, 4), (None, None), (None, None, num_classes)  # ranks known from the attrs
-    if len(raw) != 4:
-        raise OpError(NAME, "raw", f"must have rank 4 [N,H,W,A*(5+C)], got {dims(raw)}")
-    n, h, w, ch = raw
-    if ch is not None and ch != c:
-        raise OpError(NAME, "raw", f"last dim must be A*(5+C) = {a}*(5+{num_classes}) = {c}, got {dims(raw)}")
-    rows = None if h is None or w is None else h * w * a
-    return (n, rows, 4), (n, rows), (n, rows, num_classes)
+def _shape_rule():
+    """rows = H*W*A, A = len(anchors)/2: the one statement of YoloDecode's shapes."""
+    n_anchor = Len("anchors")
+    classes = AttrInt("num_classes")
+    a, c = Var("a"), Var("c")
+    rows = Var("rows")
+    return (
+        Require("anchors", all_of(n_anchor.ne(0), (n_anchor - (n_anchor // 2) * 2).eq(0)),
+                "needs 2*A values [w0,h0,w1,h1,...], got ", n_anchor),
+        Require("anchors", EachItem("anchors", "Gt", 0.0), "must all be positive, got ",
+                FirstFailing("anchors", "Gt", 0.0), " in ", ListOf("anchors", "python")),
+        Require("num_classes", classes.ge(1), "must be >= 1, got ", classes),
+        Require("stride", AttrInt("stride").ge(1), "must be >= 1, got ", AttrInt("stride")),
+        Let("a", n_anchor // 2),
+        Let("c", a * (Const(5) + classes)),
+        Require("raw", Rank(0).eq(4), "must have rank 4 [N,H,W,A*(5+C)], got ", ShapeOf(0)),
+        Require("raw", Dim(0, 3).eq(c), "last dim must be A*(5+C) = ", a, "*(5+", classes, ") = ", c, ", got ",
+                ShapeOf(0)),
+        Let("rows", Dim(0, 1) * Dim(0, 2) * a),
+        Out(0, [Dim(0, 0), rows, 4]),
+        Out(1, [Dim(0, 0), rows]),
+        Out(2, [Dim(0, 0), rows, classes]),
+    )
 
 
 def _reference(raw, *, anchors, num_classes, stride, scale_x_y):
@@ -158,7 +158,7 @@ SPEC = OpSpec(
     dtypes=("float32", "float16"),
     tolerance={"float32": Tolerance(1e-5), "float16": Tolerance(2e-3)},
     _reference=_reference,
-    _infer=_infer,
+    shape_rule=_shape_rule(),
     _to_onnx=lambda _shapes=None, **a: dict(a),
     _from_onnx=lambda **a: dict(a),
     _examples=_examples,

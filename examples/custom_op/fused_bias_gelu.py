@@ -14,24 +14,11 @@ import math
 
 import numpy as np
 
-from bridge.ops import Arg, OpError, OpSpec, Tolerance
+from bridge.ops import Arg, OpSpec, Tolerance, shape_rules
 from bridge.ops.fusion import Link, Pattern
 from bridge.ops.graph_fusion import GraphPattern
-from bridge.ops.spec import dims
 
 NAME = "FusedBiasGelu"
-
-
-def _infer(x, bias):
-    """y has the shape of x; bias is [C], C the last dim of x."""
-    if x is not None and len(x) == 0:
-        raise OpError(NAME, "x", "must have rank >= 1, got a scalar (shape [])")
-    c = None if x is None else x[-1]
-    if bias is not None:
-        if len(bias) != 1 or (c is not None and bias[0] is not None and bias[0] != c):
-            raise OpError(NAME, "bias", f"must have shape [C]={dims((c,))} (the last dim of x {dims(x)}), "
-                          f"got {dims(bias)}")
-    return (x,)
 
 
 _erf = np.vectorize(math.erf, otypes=[np.float64])
@@ -132,7 +119,8 @@ SPEC = OpSpec(
     dtypes=("float32", "float16"),
     tolerance={"float32": Tolerance(1e-5), "float16": Tolerance(3e-3)},
     _reference=_reference,
-    _infer=_infer,
+    # y has the shape of x; bias is [C], C the last dim of x (bridge.ops.shape_rules)
+    shape_rule=shape_rules.last_axis_params(("x", "bias")),
     _to_onnx=lambda _shapes=None, **attrs: dict(attrs),
     _from_onnx=lambda **attrs: dict(attrs),
     domain="com.example",

@@ -1,5 +1,5 @@
 """The C++ shape function of a GE operator, one text for both routes: the op's
-shape table (tables.py) rendered by rules.cpp_body into `<module>_shape.h` (an
+shape rule (its spec's, tables.py) rendered by bridge.ops.shape_rules.cpp_body into `<module>_shape.h` (an
 attribute struct, Infer<Op>, InferDtype<Op>; no GE type, so a host test compiles
 and runs it), and the two callers that adapt GE's context to it:
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import List, Optional, Sequence
 
-from bridge.ascend.ge_custom import rules
+from bridge.ops import shape_rules as rules
 from bridge.ascend.ge_custom.tables import shape_table
 from bridge.ascend.ge_names import ge_op_type
 from bridge.untrusted import cpp_string

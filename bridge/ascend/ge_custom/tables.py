@@ -1,83 +1,25 @@
-"""The shape table of each op (rules.py), in the GE operator's terms: its inputs in
-spec order and the com.bridge node's attributes, with the spec's checks and words.
+"""The shape rule of each op in the GE operator's terms: its inputs in spec order and
+the com.bridge node's attributes, with the spec's checks and words. The rule is the
+spec's own (`spec.shape_rule`, bridge/ops/shape_rules.py), bridge's ops and a team's
+alike; an op that states none gets no custom-operator InferShape (`NoShapeTable`).
 
-bridge's own ops have theirs in their own file, bridge/ascend/infer_shape/<module>.py
-(`table(spec)`, found by looking; the shape functions are Python, the table states
-the same rules as data, and test_ascend_custom_route checks the twin against
-`spec.infer_shapes` on many shapes, bad ones included).
-A team's op gets the first of the `TEAM_PATTERNS` whose twin agrees with its
-shape function on every probe (same shapes, same refusals, same words); an op
-none fits is refused by name (`NoShapeTable`).
+The probes below compare a rule with a spec's Python shape function (an op that
+has both, as YoloConvBnLeaky for its TF attributes) and feed the host tests of
+the rendered C++.
 """
 from __future__ import annotations
 
-import importlib
-import importlib.util
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
 import numpy as np
 
 from bridge import ops
 from bridge.ops import OpError
-from bridge.ascend.ge_custom.rules import (Dim, DimsOf, Known, Let, Not, OutSame, Rank, Require, ShapeOf, Statement,
-                                           Var, all_of, any_of, evaluate)
+from bridge.ops.shape_rules import Statement, evaluate
 
 
 class NoShapeTable(ValueError):
     """No generated InferShape states this op's shape function."""
-
-
-OWN_ORIGIN = "bridge's table"
-
-
-def own_table(spec) -> Optional[Callable]:
-    """A built-in op's `table` from bridge/ascend/infer_shape/<module>.py, or None."""
-    if not ops.is_builtin(spec):  # a team's module name never picks a file of bridge's
-        return None
-    name = f"bridge.ascend.infer_shape.{spec.module}"
-    if importlib.util.find_spec(name) is None:
-        return None
-    return importlib.import_module(name).table
-
-
-# -- a team's op -------------------------------------------------------------------
-def _last_axis_params(spec) -> List[Statement]:
-    """y = f(x, p1, ...) with every p [C], C the last dim of x; outputs shaped as x."""
-    first = spec.inputs[0].name
-    c = Var("c")
-    t: List[Statement] = [Require(first, Rank(0).ne(0), "must have rank >= 1, got a scalar (shape [])"),
-                          Let("c", Dim(0, -1))]
-    for i, arg in enumerate(spec.inputs[1:], start=1):
-        t.append(Require(arg.name, all_of(Rank(i).eq(1), Dim(i, 0).eq(c)), "must have shape [C]=", DimsOf((c,)),
-                         f" (the last dim of {first} ", ShapeOf(0), "), got ", ShapeOf(i)))
-    return t + [OutSame(k, 0) for k in range(len(spec.outputs))]
-
-
-def _scaffold_bias(spec) -> List[Statement]:
-    """`bridge op new`'s shape function: x of rank >= 1; each further input, where its
-    rank and x's are known, [C] with C = x's last dim (an unknown C takes only an
-    unknown dim); outputs shaped as x."""
-    first = spec.inputs[0].name
-    c = Dim(0, -1)
-    t: List[Statement] = [Require(first, Rank(0).ne(0), "must have rank >= 1, got a scalar (shape [])")]
-    for i, arg in enumerate(spec.inputs[1:], start=1):
-        mismatch = any_of(Rank(i).ne(1), all_of(Known(Dim(i, 0)), any_of(Not(Known(c)), Dim(i, 0).ne(c))))
-        refused = all_of(Known(Rank(0)), Known(Rank(i)), mismatch)
-        t.append(Require(arg.name, Not(refused), f"must have shape [C] (the last dim of {first} ", ShapeOf(0),
-                         "), got ", ShapeOf(i)))
-    return t + [OutSame(k, 0) for k in range(len(spec.outputs))]
-
-
-def same_as_first_input(spec) -> List[Statement]:
-    """Every output takes the first input's shape; nothing is refused."""
-    return [OutSame(k, 0) for k in range(len(spec.outputs))]
-
-
-TEAM_PATTERNS: Tuple[Tuple[str, Callable], ...] = (
-    ("last-axis parameters", _last_axis_params),
-    ("last-axis bias (bridge op new)", _scaffold_bias),
-    ("same as the first input", same_as_first_input),
-)
 
 
 def _probe_dims(rng, rank: int) -> List[Optional[int]]:
@@ -160,57 +102,13 @@ def team_attrs(spec) -> List[dict]:
     return seen or [{}]
 
 
-_TABLES: Dict[int, tuple] = {}  # id(spec) -> (spec, origin, table): a spec need not be registered
-
-
-def _table_of(spec) -> Tuple[str, Tuple[Statement, ...]]:
-    hit = _TABLES.get(id(spec))
-    if hit is not None and hit[0] is spec:
-        return hit[1], hit[2]
-    if ops.is_builtin(spec):
-        own = own_table(spec)
-        if own is None:
-            raise NoShapeTable(f"{spec.name}: bridge's op has no GE shape table "
-                               f"(bridge/ascend/infer_shape/{spec.module}.py with `table(spec)`)")
-        origin, table = OWN_ORIGIN, tuple(own(spec))
-    else:
-        origin, table = _team_table(spec)
-    _TABLES[id(spec)] = (spec, origin, table)
-    return origin, table
-
-
-def _team_table(spec) -> Tuple[str, Tuple[Statement, ...]]:
-    cases = [(s, a) for a in team_attrs(spec) for s in probe_shapes(spec)]
-    if not any(spec_result(spec, s, a)[0] == "ok" for s, a in cases):  # agreement would prove nothing
-        raise NoShapeTable(f"{spec.name}: the spec's shape function accepts none of the probe shapes; give the "
-                           f"spec examples (with their attributes) to probe it with")
-    why = []
-    for label, pattern in TEAM_PATTERNS:
-        table = pattern(spec)
-        bad = disagreement(spec, table, cases)
-        if bad is None:
-            return label, tuple(table)
-        why.append(f"{label}: {bad}")
-    raise NoShapeTable(f"{spec.name}: no generated InferShape agrees with the spec's shape function ("
-                       + "; ".join(why) + ")")
-
-
 def shape_table(spec) -> Tuple[Statement, ...]:
-    return _table_of(spec)[1]
-
-
-def table_origin(spec) -> str:
-    """Where the op's table came from: "bridge's table" or the team pattern's name."""
-    return _table_of(spec)[0]
+    if not spec.shape_rule:
+        raise NoShapeTable(f"{spec.name}: its spec states no shape rule (shape_rule=, bridge.ops.shape_rules), so "
+                           f"no GE InferShape says what it does")
+    return tuple(spec.shape_rule)
 
 
 def custom_specs() -> Tuple:
-    """The ops the custom-operator route covers: every op with a shape table."""
-    out = []
-    for spec in ops.all_specs():
-        try:
-            shape_table(spec)
-        except NoShapeTable:
-            continue
-        out.append(spec)
-    return tuple(out)
+    """The ops the custom-operator route covers: every op with a shape rule."""
+    return tuple(spec for spec in ops.all_specs() if spec.shape_rule)

@@ -1,9 +1,11 @@
-"""Shape rules as data: one table per op, from which both the C++ InferShape of the
-GE custom operator and its Python twin are made, so the twin can be checked
-against the spec's shape function here (no CANN) and the C++ says the same.
+"""Shape rules as data: an op's spec states its shape rule (`OpSpec.shape_rule`) as
+a list of statements, evaluated here in Python (`evaluate`, what `infer_shapes`
+runs) and rendered to C++ (`cpp_body`: the kernels' checks and TF shape function
+through shape_cpp.py, GE InferShape of both Ascend routes), one tree, the same
+words everywhere.
 
-A table is a list of statements over the input shapes and the GE operator's
-attributes (the com.bridge node's):
+A rule is a list of statements over the input shapes (spec order) and the
+com.bridge node's attributes (`spec.onnx_attrs`):
 
 - `Let(name, expr)`: a named value;
 - `Require(arg, cond, *message)`: refuse when `cond` is definitely false, with
@@ -21,9 +23,10 @@ import operator
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
-from bridge.ops import OpError
-from bridge.ops.spec import dims as dims_text
 from bridge.untrusted import cpp_string
+
+from .op_error import OpError
+from .op_error import dims as dims_text
 
 
 # -- expressions ---------------------------------------------------------------
@@ -449,6 +452,90 @@ def evaluate(op: str, table: Sequence[Statement], n_outputs: int, shapes, attrs:
         elif isinstance(st, OutSame):
             outs[st.index] = env.shapes[st.input]
     return tuple(outs)
+
+
+
+# -- checking a rule against its spec ----------------------------------------------
+def _walk(node):
+    """Every expression and text node under a statement (itself included)."""
+    yield node
+    for value in vars(node).values():
+        for v in (value if isinstance(value, tuple) else (value,)):
+            if isinstance(v, (Expr, Text)):
+                yield from _walk(v)
+
+
+def problems(rule, inputs: Sequence[str], n_outputs: int, attrs: Dict[str, str]) -> List[str]:
+    """What makes `rule` unusable for an op with these input names, output count and
+    node attributes (name -> type): each a sentence naming the statement."""
+    out: List[str] = []
+    if not isinstance(rule, (tuple, list)):
+        return [f"must be a tuple of bridge.ops.shape_rules statements, got {type(rule).__name__}"]
+    lets: set = set()
+    shaped: set = set()
+    for i, st in enumerate(rule):
+        where = f"[{i}] {type(st).__name__}"
+        if not isinstance(st, (Let, Require, Out, OutSame)):
+            out.append(f"[{i}] is a {type(st).__name__}, not Let, Require, Out or OutSame")
+            continue
+        if isinstance(st, Require) and st.arg not in (*inputs, *attrs, "inputs"):
+            out.append(f"{where} names argument {st.arg!r}, which is no input or attribute of the op")
+        if isinstance(st, (Out, OutSame)):
+            if not 0 <= st.index < n_outputs:
+                out.append(f"{where} shapes output {st.index}; the op has {n_outputs}")
+            shaped.add(st.index)
+        if isinstance(st, OutSame) and not 0 <= st.input < len(inputs):
+            out.append(f"{where} copies input {st.input}; the op has {len(inputs)}")
+        for node in (n for part in vars(st).values() for p in (part if isinstance(part, tuple) else (part,))
+                     if isinstance(p, (Expr, Text)) for n in _walk(p)):
+            if isinstance(node, (Rank, Dim, ShapeOf)) and not 0 <= node.input < len(inputs):
+                out.append(f"{where} reads input {node.input}; the op has {len(inputs)}")
+            name = getattr(node, "name", None)
+            if isinstance(node, Var) and name not in lets:
+                out.append(f"{where} reads {name!r} before a Let names it")
+            elif isinstance(node, Attr) and attrs.get(name) != "int":
+                out.append(f"{where} reads {name!r} as an int attribute; the node's attributes are {attrs}")
+            elif isinstance(node, (Len, Item, EachItem, ListOf, FirstFailing)) and \
+                    not str(attrs.get(name, "")).startswith("list("):
+                out.append(f"{where} reads {name!r} as a list attribute; the node's attributes are {attrs}")
+        if isinstance(st, Let):
+            lets.add(st.name)
+    missing = sorted(set(range(n_outputs)) - shaped)
+    if rule and missing:
+        out.append(f"shapes no output {missing[0]} (an Out or OutSame for each of the {n_outputs})")
+    return out
+
+
+# -- rules teams state often ---------------------------------------------------------
+def same_as_first_input(n_outputs: int) -> Tuple[Statement, ...]:
+    """Every output takes the first input's shape; nothing is refused."""
+    return tuple(OutSame(k, 0) for k in range(n_outputs))
+
+
+def last_axis_params(inputs: Sequence[str], n_outputs: int = 1) -> Tuple[Statement, ...]:
+    """y = f(x, p1, ...): x of rank >= 1, every p [C] with C the last dim of x (an
+    unknown C or p takes any); outputs shaped as x."""
+    first, c = inputs[0], Var("c")
+    rule: List[Statement] = [Require(first, Rank(0).ne(0), "must have rank >= 1, got a scalar (shape [])"),
+                             Let("c", Dim(0, -1))]
+    for i, arg in enumerate(inputs[1:], start=1):
+        rule.append(Require(arg, all_of(Rank(i).eq(1), Dim(i, 0).eq(c)), "must have shape [C]=", DimsOf((c,)),
+                            f" (the last dim of {first} ", ShapeOf(0), "), got ", ShapeOf(i)))
+    return tuple(rule) + same_as_first_input(n_outputs)
+
+
+def last_axis_bias(inputs: Sequence[str], n_outputs: int = 1) -> Tuple[Statement, ...]:
+    """`bridge op new`'s rule: x of rank >= 1; each further input, where its rank and
+    x's are known, [C] with C = x's last dim (an unknown C takes only an unknown
+    dim); outputs shaped as x."""
+    first, c = inputs[0], Dim(0, -1)
+    rule: List[Statement] = [Require(first, Rank(0).ne(0), "must have rank >= 1, got a scalar (shape [])")]
+    for i, arg in enumerate(inputs[1:], start=1):
+        mismatch = any_of(Rank(i).ne(1), all_of(Known(Dim(i, 0)), any_of(Not(Known(c)), Dim(i, 0).ne(c))))
+        refused = all_of(Known(Rank(0)), Known(Rank(i)), mismatch)
+        rule.append(Require(arg, Not(refused), f"must have shape [C] (the last dim of {first} ", ShapeOf(0),
+                            "), got ", ShapeOf(i)))
+    return tuple(rule) + same_as_first_input(n_outputs)
 
 
 # -- the C++ ---------------------------------------------------------------------
