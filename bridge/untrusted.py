@@ -70,6 +70,21 @@ def shell_word(s: str) -> str:
     return "$'" + "".join(out) + "'"
 
 
+_CPP_KEYWORDS = frozenset("""alignas alignof and asm auto bool break case catch char class const constexpr
+continue decltype default delete do double else enum explicit export extern false float for friend goto if
+inline int long mutable namespace new noexcept not nullptr operator or private protected public register
+return short signed sizeof static struct switch template this throw true try typedef typeid typename union
+unsigned using virtual void volatile while xor""".split())
+
+
+def cpp_identifier(name: str, what: str) -> str:
+    """`name` when it can be a C++ identifier (tensor and attribute names become
+    REG_OP ports and struct fields), else ValueError naming it."""
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name or "") or name in _CPP_KEYWORDS or name.startswith("__"):
+        raise ValueError(f"{what} {name!r} cannot be a C++ identifier (letters, digits, _; no keyword)")
+    return name
+
+
 def cpp_string(s: str) -> str:
     """`s` (UTF-8) as a C++ string literal. Every byte outside printable ASCII is
     an octal escape (three digits: an escape never runs into the next character),
