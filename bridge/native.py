@@ -336,6 +336,101 @@ def _package_dir(package: str) -> Path:
     return Path(list(spec.submodule_search_locations)[0]).resolve()
 
 
+def kernel_cores() -> List[Tuple[object, Path]]:
+    """(spec, kernel.h) of every built-in op whose folder holds a kernel core
+    (bridge/ops/<module>/kernel.h): the ops the generic hosts serve."""
+    from bridge import ops
+    root = _package_dir("bridge") / "ops"
+    return [(spec, root / spec.module / "kernel.h") for spec in ops.all_specs()
+            if ops.is_builtin(spec) and (root / spec.module / "kernel.h").is_file()]
+
+
+def is_core_folder(folder) -> bool:
+    """Whether a team's folder is one kernel core (`kernel.h`, no CMakeLists.txt):
+    the generic hosts build its TensorFlow, onnxruntime and LiteRT kernels."""
+    folder = Path(folder).expanduser()
+    return folder.is_dir() and (folder / "kernel.h").is_file() and not (folder / "CMakeLists.txt").exists()
+
+
+def team_core(folder) -> Tuple[object, Path]:
+    """(spec, kernel.h) of a team's core folder: the registered team spec whose
+    module is the folder's name."""
+    from bridge import ops
+    folder = Path(folder).expanduser().resolve()
+    spec = next((s for s in ops.all_specs() if s.module == folder.name and not ops.is_builtin(s)), None)
+    if spec is None:
+        raise BuildError(f"{folder} is a kernel core (kernel.h) for the op whose spec has module "
+                         f"'{folder.name}', and no such team spec is registered. Fix: give the spec with "
+                         f"--op-spec FILE (its `module` must be '{folder.name}')")
+    return spec, folder / "kernel.h"
+
+
+def op_headers(cores: Optional[List[Tuple[object, Path]]] = None) -> Tuple[Path, List[Path]]:
+    """The headers rendered from the specs (bridge/ops/cpp_header.py) for the
+    kernel cores (default: the built-ins'), in a cache folder named by their
+    content, and the files a build's key must cover (those headers and the cores)."""
+    from bridge.ops import cpp_header
+    cores = kernel_cores() if cores is None else cores
+    root = _package_dir("bridge")
+    files = cpp_header.render_all([(spec, path.relative_to(root).as_posix() if path.is_relative_to(root)
+                                    else str(path)) for spec, path in cores])
+    digest = hashlib.sha256(json.dumps(sorted(files.items())).encode()).hexdigest()[:16]
+    folder = cache_root() / f"op-headers-{digest}"
+    if not (folder / "spec" / "cores.h").is_file():
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+        for rel, text in files.items():
+            (work / rel).parent.mkdir(parents=True, exist_ok=True)
+            (work / rel).write_text(text)
+        try:
+            os.replace(work, folder)
+        except OSError:  # another process put the same headers there first
+            shutil.rmtree(work, ignore_errors=True)
+    return folder, sorted(folder.rglob("*.h")) + [path for _, path in cores]
+
+
+def _with_cores(options: Dict[str, str], extra: List[Path],
+                cores: Optional[List[Tuple[object, Path]]] = None) -> List[Path]:
+    """Adds the rendered headers (BRIDGE_OPS_GEN_DIR) to a build's options; the
+    files its key must cover, after `extra`."""
+    folder, files = op_headers(cores)
+    options["BRIDGE_OPS_GEN_DIR"] = str(folder)
+    return [*extra, *files]
+
+
+def core_build(folder, runtime: str, portable: Optional[bool] = None) -> "Build":
+    """A team's kernel core built by one generic host: "tf" the TensorFlow op
+    library (`--op-library DIR`), "ort" the onnxruntime library (`--ort-library
+    DIR`), "litert" bridge's LiteRT kernels with the core added
+    (`--litert-library DIR`: LiteRT takes one library per model). TensorFlow and
+    onnxruntime load a team's library beside bridge's, so theirs hold the core alone."""
+    spec, kernel = team_core(folder)
+    folder = kernel.parent
+    what = f"{spec.name}'s kernel core ({folder})"
+    alone = {"BRIDGE_HOST_ONLY": "ON", "BRIDGE_LIBRARY_NAME": f"bridge_core_{spec.module}"}
+    kernels = sorted((_package_dir("bridge") / "kernels").glob("*.h"))
+    if runtime == "litert":
+        base = litert_build(portable=portable)
+        options = dict(base.options)
+        extra = _with_cores(options, [*kernels, _tf_ops_dir() / "cpu" / "native.cmake"],
+                            [*kernel_cores(), (spec, kernel)])
+        return replace(base, name=f"litertcore-{spec.module}", options=options, extra_sources=extra,
+                       target=str(folder), describe=f"the LiteRT kernels with {what} for ai-edge-litert "
+                                                    f"{litert_version()}")
+    if runtime == "tf":
+        base, extra = tf_ops_build(portable=portable), kernels
+    elif runtime == "ort":
+        base = ort_build(portable=portable)
+        extra = [p for p in base.extra_sources if p.parent.name != "spec" and p.name != "kernel.h"]
+    else:
+        raise ValueError(f"runtime {runtime!r} is not tf, ort or litert")
+    options = {**base.options, **alone}
+    extra = _with_cores(options, extra, [(spec, kernel)])
+    return replace(base, name=f"{runtime}core-{spec.module}", target_file=f"libbridge_core_{spec.module}.so",
+                   options=options, extra_sources=extra, target=str(folder),
+                   describe=f"the {'TensorFlow' if runtime == 'tf' else 'onnxruntime'} kernel of {what}")
+
+
 def tf_ops_build(cuda: bool = False, portable: Optional[bool] = None) -> Build:
     """The TensorFlow op library, bound to the installed TensorFlow."""
     import tensorflow as tf
@@ -352,8 +447,9 @@ def tf_ops_build(cuda: bool = False, portable: Optional[bool] = None) -> Build:
         options["BRIDGE_DNNL_ROOT"] = str(dnnl)
     kernels = _package_dir("bridge") / "kernels"  # the framework-free cores, shared with ort_build
     options["BRIDGE_KERNELS_DIR"] = str(kernels)
+    extra = _with_cores(options, sorted(kernels.glob("*.h")))
     return Build(name="tf_ops", source_dir=_package_dir("bridge.tf_ops"), binds_to=f"tf{tf.__version__}",
-                 target_file="libbridge_tf_ops.so", options=options, extra_sources=sorted(kernels.glob("*.h")),
+                 target_file="libbridge_tf_ops.so", options=options, extra_sources=extra,
                  describe=f"the TensorFlow ops for TensorFlow {tf.__version__}",
                  probe_source=TF_PROBE, probe_flags=list(tf.sysconfig.get_compile_flags()), portable=portable)
 
@@ -363,6 +459,8 @@ def op_library_build(folder, portable: Optional[bool] = None) -> Build:
     `bridge build DIR`), built like bridge's own: against the installed
     TensorFlow's flags, cached per TensorFlow version, compiler and CPU. The
     library is the folder's first `add_library(NAME SHARED ...)`."""
+    if is_core_folder(folder):
+        return core_build(folder, "tf", portable=portable)
     import tensorflow as tf
     folder, name = _team_folder(folder)
     options = {
@@ -419,6 +517,8 @@ def ort_library_build(folder, portable: Optional[bool] = None) -> "Build":
     (ort_build): against onnxruntime's C headers (ORT_INCLUDE_DIR), with the
     CPU target of tf_ops/cpu/native.cmake (BRIDGE_CPU_CMAKE), cached per API
     version, compiler and CPU."""
+    if is_core_folder(folder):
+        return core_build(folder, "ort", portable=portable)
     from bridge.onnx_plugins import ort_headers
     folder, name = _team_folder(folder)
     include = _ort_include(fetch=True)
@@ -477,10 +577,10 @@ def ort_build(portable: Optional[bool] = None, fetch: bool = True) -> Optional[B
     dnnl = onednn_root()
     if dnnl:
         options["BRIDGE_DNNL_ROOT"] = str(dnnl)
+    extra = _with_cores(options, [include / ort_headers.MAIN_HEADER, *sorted((tf_ops_dir / "cpu").glob("*")),
+                                  *sorted(kernels.glob("*.h"))])
     return Build(name="ort", source_dir=source, binds_to=f"ort{ort_headers.api_version(include)}",
-                 target_file="libbridge_ort_ops.so", options=options,
-                 extra_sources=[include / ort_headers.MAIN_HEADER, *sorted((tf_ops_dir / "cpu").glob("*")),
-                                *sorted(kernels.glob("*.h"))],
+                 target_file="libbridge_ort_ops.so", options=options, extra_sources=extra,
                  describe="the onnxruntime kernels", probe_source=ORT_PROBE,
                  probe_flags=[f"-I{include}"] + ([f"-I{dnnl / 'include'}", "-DBRIDGE_HAVE_DNNL=1"] if dnnl else []),
                  portable=portable)
@@ -560,8 +660,9 @@ def litert_build(portable: Optional[bool] = None) -> Build:
         options["BRIDGE_DNNL_ROOT"] = str(dnnl)
     probe = "#if defined(__x86_64__)\n#include <immintrin.h>\n#endif\n" + \
             ("#include <oneapi/dnnl/dnnl.hpp>\n" if dnnl else "") + "int probe() { return 0; }\n"
+    extra = _with_cores(options, [*sorted(kernels.glob("*.h")), tf_ops_dir / "cpu" / "native.cmake"])
     return Build(name="tflite", source_dir=source, binds_to=f"litert{version}", target_file="libbridge_litert_ops.so",
-                 options=options, extra_sources=[*sorted(kernels.glob("*.h")), tf_ops_dir / "cpu" / "native.cmake"],
+                 options=options, extra_sources=extra,
                  describe=f"the LiteRT kernels for ai-edge-litert {version}", probe_source=probe,
                  probe_flags=[f"-I{dnnl / 'include'}"] if dnnl else [], portable=portable)
 
@@ -572,6 +673,8 @@ def litert_library_build(folder, portable: Optional[bool] = None) -> Build:
     bridge/litert/native/common.h, like bridge's own op files, and is compiled
     into the same library (BRIDGE_EXTRA_OP_SOURCES), cached apart from bridge's
     own build and keyed by the team files too."""
+    if is_core_folder(folder):
+        return core_build(folder, "litert", portable=portable)
     import re
     folder = Path(folder).expanduser().resolve()
     sources = sorted(folder.glob("*.cc"))

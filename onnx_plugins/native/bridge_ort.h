@@ -4,7 +4,8 @@
 // Only onnxruntime's C API is used, through the OrtApi table handed to
 // RegisterCustomOps: the library does not link libonnxruntime, so it loads
 // into any onnxruntime that serves this header's ORT_API_VERSION or newer.
-// Each op is one .cc file that defines an OpDef and registers it statically.
+// host.cc registers an OpDef per kernel core; an op with its own adapter (the
+// convolution) defines its OpDef in its .cc file and registers it statically.
 #pragma once
 
 #include <onnxruntime_c_api.h>
@@ -36,6 +37,7 @@ class Attrs {
       : info_(info), op_(op), defs_(defs) {}
   float f(const char* name) const;
   int64_t i(const char* name) const;
+  std::string s(const char* name) const;
   std::vector<float> floats(const char* name) const;
   std::vector<int64_t> ints(const char* name) const;
 
@@ -90,6 +92,7 @@ struct OpDef {
   std::vector<AttrDef> attrs;
   // Reads and checks the attributes (throws OpFailure); may read constant inputs.
   Kernel* (*create)(const Attrs& attrs, const OrtKernelInfo* info);
+  const char* domain = "com.bridge";  // the spec's (a team's op: its own)
 };
 
 int register_op(const OpDef* def);

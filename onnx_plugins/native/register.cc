@@ -15,7 +15,6 @@
 namespace bridge {
 
 const OrtApi* g_api = nullptr;
-static const char* kDomain = "com.bridge";
 static const char* kConfigKey = "bridge.kernels";
 
 static std::vector<const OpDef*>& registry() {
@@ -74,6 +73,16 @@ int64_t Attrs::i(const char* name) const {
   int64_t v;
   OrtStatus* st = g_api->KernelInfoGetAttribute_int64(info_, name, &v);
   return st ? std::stoll(default_text(st, name)) : v;
+}
+
+std::string Attrs::s(const char* name) const {
+  size_t n = 0;
+  OrtStatus* st = g_api->KernelInfoGetAttribute_string(info_, name, nullptr, &n);
+  if (st) return default_text(st, name);
+  std::string v(n, '\0');
+  throw_on(g_api->KernelInfoGetAttribute_string(info_, name, v.data(), &n));
+  v.resize(n ? n - 1 : 0);  // n counts the terminating NUL
+  return v;
 }
 
 template <typename T, typename Get>
@@ -340,16 +349,21 @@ BRIDGE_EXPORT OrtStatus* ORT_API_CALL RegisterCustomOps(OrtSessionOptions* optio
   try {
     std::vector<std::string> names = selected(options);
     if (names.empty()) return nullptr;
-    // Domains live as long as the process: sessions keep pointers into them.
-    OrtCustomOpDomain* domain = nullptr;
-    if (OrtStatus* st = api->CreateCustomOpDomain(kDomain, &domain)) return st;
+    // One domain per spec domain (bridge's ops: com.bridge; a team's core: its
+    // own). Domains live as long as the process: sessions keep pointers into them.
+    std::map<std::string, OrtCustomOpDomain*> domains;
     for (Entry* e : entries()) {
       bool want = false;
       for (const auto& n : names) want |= n == e->def->name;
-      if (want)
-        if (OrtStatus* st = api->CustomOpDomain_Add(domain, e)) return st;
+      if (!want) continue;
+      OrtCustomOpDomain*& domain = domains[e->def->domain];
+      if (!domain)
+        if (OrtStatus* st = api->CreateCustomOpDomain(e->def->domain, &domain)) return st;
+      if (OrtStatus* st = api->CustomOpDomain_Add(domain, e)) return st;
     }
-    return api->AddCustomOpDomain(options, domain);
+    for (const auto& [name, domain] : domains)
+      if (OrtStatus* st = api->AddCustomOpDomain(options, domain)) return st;
+    return nullptr;
   } catch (const std::exception& e) {
     return api->CreateStatus(ORT_INVALID_ARGUMENT, e.what());
   }

@@ -11,12 +11,20 @@ else()
   set(_bridge_kernels "${CMAKE_CURRENT_LIST_DIR}/../../kernels")
 endif()
 set(BRIDGE_KERNELS_DIR "${_bridge_kernels}" CACHE PATH "the bridge/kernels folder")
+# BRIDGE_OPS_GEN_DIR: the headers rendered from the op specs (bridge.native.op_headers():
+# spec/<op>.h, spec/cores.h), which the kernel cores (bridge/ops/<op>/kernel.h,
+# included as "ops/<op>/kernel.h") and the generic hosts include.
+set(BRIDGE_OPS_GEN_DIR "" CACHE PATH "the rendered spec headers (spec/cores.h)")
 function(bridge_use_kernels target)
   if(NOT EXISTS "${BRIDGE_KERNELS_DIR}/op_failure.h")
     message(FATAL_ERROR "BRIDGE_KERNELS_DIR=${BRIDGE_KERNELS_DIR} is not bridge/kernels (it has no op_failure.h)")
   endif()
   get_filename_component(parent "${BRIDGE_KERNELS_DIR}" DIRECTORY)
   target_include_directories(${target} PRIVATE ${parent})
+  if(BRIDGE_OPS_GEN_DIR)
+    target_include_directories(${target} PRIVATE ${BRIDGE_OPS_GEN_DIR})
+    target_compile_definitions(${target} PRIVATE BRIDGE_HAVE_CORES=1)
+  endif()
 endfunction()
 
 # BRIDGE_CPU_FLAGS: the instruction-set flags bridge/cpu_flags.py chose by what

@@ -1,4 +1,5 @@
-// What the three LiteRT kernels share: reading attributes (typed, with the op
+// What the LiteRT kernels share (host.cc, serving every kernel core, and the ops
+// with adapters of their own: the convolution, a team's op files): reading attributes (typed, with the op
 // and argument named), the op table, and the per-node bookkeeping LiteRT's
 // custom-op API leaves to the kernel.
 //
@@ -41,9 +42,9 @@ class Attrs {
   Attrs(const char* op, flex::Map map) : op_(op), map_(std::move(map)) {}
   int64_t i(const char* name, const int64_t* fallback = nullptr) const;
   float f(const char* name, const float* fallback = nullptr) const;
-  std::string s(const char* name) const;
+  std::string s(const char* name, const std::string* fallback = nullptr) const;
   std::vector<int64_t> ints(const char* name, const std::vector<int64_t>* fallback = nullptr) const;
-  std::vector<float> floats(const char* name) const;
+  std::vector<float> floats(const char* name, const std::vector<float>* fallback = nullptr) const;
   // T: the TFLite TensorType of the op's float type; only FLOAT32 (0) is served.
   void require_float32() const;
 

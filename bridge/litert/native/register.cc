@@ -66,8 +66,9 @@ float Attrs::f(const char* name, const float* fallback) const {
   wrong(name, "a float", *v);
 }
 
-std::string Attrs::s(const char* name) const {
-  const flex::Value* v = get(name, true);
+std::string Attrs::s(const char* name, const std::string* fallback) const {
+  const flex::Value* v = get(name, !fallback);
+  if (!v) return *fallback;
   if (v->kind != flex::Value::kString) wrong(name, "a string", *v);
   return v->s;
 }
@@ -80,8 +81,9 @@ std::vector<int64_t> Attrs::ints(const char* name, const std::vector<int64_t>* f
   return v->ints;
 }
 
-std::vector<float> Attrs::floats(const char* name) const {
-  const flex::Value* v = get(name, true);
+std::vector<float> Attrs::floats(const char* name, const std::vector<float>* fallback) const {
+  const flex::Value* v = get(name, !fallback);
+  if (!v) return *fallback;
   if (v->kind == flex::Value::kFloats) return std::vector<float>(v->floats.begin(), v->floats.end());
   if (v->kind == flex::Value::kInts) return std::vector<float>(v->ints.begin(), v->ints.end());
   wrong(name, "a list(float)", *v);

@@ -1,19 +1,23 @@
-// FusedLayerNorm's row math, framework-free: the one core the TensorFlow kernel
-// (tf_ops/fused_layer_norm.cc) and the onnxruntime kernel
-// (onnx_plugins/native/fused_layer_norm.cc) both call, so their numerics cannot
-// drift apart. Rows are float (float16 callers widen a row first: ops.md says
-// float16 accumulates in float32); threads and buffers are the caller's.
+// FusedLayerNorm's kernel core (the one C++ op ABI, bridge/kernels/abi.h): its
+// shape rule and row math, served to TensorFlow, onnxruntime and LiteRT by their
+// generic hosts; the gradient (tf_ops/fused_layer_norm_grad.cc) reuses both.
+// Rows are float (float16 rows are widened first: float16 accumulates in float32).
 //
 // A row is worked on in cache in three sweeps: the first gives an approximate
 // mean m0, the second the sums of (x - m0) and (x - m0)^2 -- the shift keeps a
 // large mean from cancelling the variance away, and the first sum corrects m0 --
 // the third writes y.
-#ifndef BRIDGE_KERNELS_FUSED_LAYER_NORM_H_
-#define BRIDGE_KERNELS_FUSED_LAYER_NORM_H_
+#ifndef BRIDGE_OPS_FUSED_LAYER_NORM_KERNEL_H_
+#define BRIDGE_OPS_FUSED_LAYER_NORM_KERNEL_H_
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/abi.h"
+#include "spec/fused_layer_norm.h"
 
 namespace bridge {
 namespace layer_norm {
@@ -131,7 +135,98 @@ inline void GradRow(const float* dy, const float* x, int64_t n, const float* gam
   }
 }
 
+// gamma or beta (`arg`) must be [H], H the last dim of x (unknown sizes pass);
+// FusedLayerNormGrad checks its gamma by the same rule.
+inline abi::Status ParamRule(const char* arg, const abi::Shape& x, const abi::Shape& p) {
+  if (!p.known) return abi::Ok();
+  const int64_t h = x.known && x.rank() ? x[x.rank() - 1] : -1;
+  if (p.rank() == 1 && !(h >= 0 && p[0] >= 0 && p[0] != h)) return abi::Ok();
+  return abi::Bad(arg, "must have shape [H]=[" + (h < 0 ? std::string("?") : std::to_string(h)) +
+                           "] (the last dim of x " + x.str() + "), got " + p.str());
+}
+
+inline abi::Status XRule(const abi::Shape& x) {
+  if (x.known && x.rank() == 0) return abi::Bad("x", "must have rank >= 1, got a scalar (shape [])");
+  return abi::Ok();
+}
+
 }  // namespace layer_norm
+
+namespace core {
+
+struct FusedLayerNorm {
+  using Spec = spec::FusedLayerNorm;
+  struct Params {
+    float epsilon;
+  };
+  static constexpr int kInplaceInput = 0;  // each row is read before it is written
+  // Above this size y will not stay in cache for the next op anyway: streaming stores.
+  static constexpr int64_t kStreamBytes = int64_t{16} << 20;
+  static constexpr int64_t kAhead = 2;  // rows prefetched ahead
+
+  static abi::Status Read(const Spec::Attrs& a, Params* p) {
+    p->epsilon = a.epsilon;
+    return abi::Ok();
+  }
+  static abi::Status Read(const Spec::OnnxAttrs& a, Params* p) {
+    p->epsilon = a.epsilon;
+    return abi::Ok();
+  }
+
+  static abi::Status Shapes(const Params&, const std::vector<abi::Shape>& in, std::vector<abi::Shape>* out) {
+    abi::Status s = layer_norm::XRule(in[0]);
+    if (s.ok()) s = layer_norm::ParamRule("gamma", in[0], in[1]);
+    if (s.ok()) s = layer_norm::ParamRule("beta", in[0], in[2]);
+    if (s.ok()) *out = {in[0]};
+    return s;
+  }
+
+  static void Compute(const Params& p, const std::vector<abi::In>& in, const std::vector<abi::Out>& out,
+                      const abi::ParallelFor& parallel_for) {
+    const abi::In &x = in[0], &gamma = in[1], &beta = in[2];
+    const int64_t h = x.shape.back(), n = x.size();
+    if (n == 0) return;
+    const int64_t rows = n / h;
+    const float eps = p.epsilon;
+    if (x.type == abi::DType::kFloat32) {
+      const float *xf = x.as<float>(), *g = gamma.as<float>(), *b = beta.as<float>();
+      float* yf = out[0].as<float>();
+      const bool stream = n * 4 >= kStreamBytes;
+      parallel_for(rows, 6 * h, [=](int64_t begin, int64_t end) {
+        std::vector<float> buf(stream ? h : 0);
+        for (int64_t r = begin; r < end; ++r) {
+          if (r + kAhead < end) abi::Prefetch(xf + (r + kAhead) * h, h * sizeof(float));
+          if (stream) {
+            layer_norm::NormalizeRow(xf + r * h, h, g, b, eps, buf.data());
+            abi::StreamFloats(buf.data(), yf + r * h, h);
+          } else {
+            layer_norm::NormalizeRow(xf + r * h, h, g, b, eps, yf + r * h);
+          }
+        }
+        if (stream) abi::StreamFence();
+      });
+      return;
+    }
+    // float16: gamma and beta widened once, each row widened, normalised in float, narrowed.
+    std::vector<float> gb(2 * h);
+    abi::ToFloats(gamma.as<uint16_t>(), gb.data(), h);
+    abi::ToFloats(beta.as<uint16_t>(), gb.data() + h, h);
+    const float *g = gb.data(), *b = gb.data() + h;
+    const uint16_t* xp = x.as<uint16_t>();
+    uint16_t* yp = out[0].as<uint16_t>();
+    parallel_for(rows, 6 * h, [=](int64_t begin, int64_t end) {
+      std::vector<float> buf(h);
+      for (int64_t r = begin; r < end; ++r) {
+        if (r + kAhead < end) abi::Prefetch(xp + (r + kAhead) * h, h * sizeof(uint16_t));
+        abi::ToFloats(xp + r * h, buf.data(), h);
+        layer_norm::NormalizeRow(buf.data(), h, g, b, eps, buf.data());
+        abi::FromFloats(buf.data(), yp + r * h, h);
+      }
+    });
+  }
+};
+
+}  // namespace core
 }  // namespace bridge
 
-#endif  // BRIDGE_KERNELS_FUSED_LAYER_NORM_H_
+#endif  // BRIDGE_OPS_FUSED_LAYER_NORM_KERNEL_H_

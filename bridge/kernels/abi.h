@@ -1,0 +1,228 @@
+// The one C++ op ABI: what a kernel core (bridge/ops/<op>/kernel.h) sees of the
+// runtime that hosts it, framework-free. A core is a struct with
+//
+//   using Spec = spec::<Op>;                 the header rendered from the op's spec
+//   struct Params;                           what compute needs, checked
+//   static Status Read(const Spec::Attrs&, Params*);        TF and LiteRT attributes
+//   static Status Read(const Spec::OnnxAttrs&, Params*);    the com.bridge node's
+//   static Status Shapes(const Params&, const std::vector<Shape>& in, std::vector<Shape>* out);
+//   static void Compute(const Params&, const std::vector<In>&, const std::vector<Out>&, const ParallelFor&);
+//   static constexpr int kInplaceInput = k or -1;          output 0 may reuse input k's buffer
+//
+// Shapes is the op's one check and shape function: at graph-build time (unknown
+// dims -1, unknown rank), at run time, on every runtime, in the words of the
+// Python spec. Compute runs on plain views; its parallel loops go through the
+// host's ParallelFor, so each runtime's own pool does the work.
+// Hosts: tf_ops/host.cc, onnx_plugins/native/host.cc, bridge/litert/native/host.cc.
+#ifndef BRIDGE_KERNELS_ABI_H_
+#define BRIDGE_KERNELS_ABI_H_
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace bridge {
+namespace abi {
+
+// A bad argument: `arg` and why; an empty arg is success. Hosts turn it into
+// "Op: argument 'arg': message" (bridge.ops.OpError's words).
+struct Status {
+  std::string arg, message;
+  bool ok() const { return arg.empty(); }
+};
+inline Status Ok() { return {}; }
+inline Status Bad(std::string arg, std::string message) { return {std::move(arg), std::move(message)}; }
+inline std::string Describe(const char* op, const Status& s) {
+  return std::string(op) + ": argument '" + s.arg + "': " + s.message;
+}
+
+// A shape as a shape function sees it: -1 for an unknown dim, known == false for
+// an unknown rank.
+struct Shape {
+  bool known = true;
+  std::vector<int64_t> d;
+  Shape() = default;
+  Shape(std::vector<int64_t> dims) : d(std::move(dims)) {}  // NOLINT: a known shape
+  static Shape Unknown() {
+    Shape s;
+    s.known = false;
+    return s;
+  }
+  int rank() const { return static_cast<int>(d.size()); }
+  int64_t operator[](int i) const { return d[i]; }
+  // bridge.ops.spec.dims: [1,?,7], <unknown rank>
+  std::string str() const {
+    if (!known) return "<unknown rank>";
+    std::string s = "[";
+    for (size_t i = 0; i < d.size(); ++i) s += (i ? "," : "") + (d[i] < 0 ? std::string("?") : std::to_string(d[i]));
+    return s + "]";
+  }
+};
+
+// A number as absl::StrCat (and so the TensorFlow kernels' errors) writes it.
+inline std::string Num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+inline std::string Num(int64_t v) { return std::to_string(v); }
+template <typename V>
+std::string List(const std::vector<V>& values, const char* sep = ", ") {
+  std::string s = "[";
+  for (size_t i = 0; i < values.size(); ++i) s += (i ? sep : "") + Num(values[i]);
+  return s + "]";
+}
+
+// One attribute as the spec gives it (the rendered header's kAttrs / kOnnxAttrs):
+// `def` is the default as text (lists comma-separated), nullptr when required;
+// `tf` the REGISTER_OP declaration ("epsilon: float = 1e-06").
+struct AttrInfo {
+  const char* name;
+  const char* type;  // float, int, string, list(int), list(float)
+  const char* def;
+  const char* tf;
+};
+
+// -- tensors -----------------------------------------------------------------
+enum class DType { kFloat32, kFloat16 };
+
+struct In {
+  const void* data = nullptr;
+  std::vector<int64_t> shape;
+  DType type = DType::kFloat32;
+  int64_t size() const {
+    int64_t n = 1;
+    for (int64_t v : shape) n *= v;
+    return n;
+  }
+  template <typename T> const T* as() const { return static_cast<const T*>(data); }
+};
+
+struct Out {
+  void* data = nullptr;
+  std::vector<int64_t> shape;
+  DType type = DType::kFloat32;
+  int64_t size() const {
+    int64_t n = 1;
+    for (int64_t v : shape) n *= v;
+    return n;
+  }
+  template <typename T> T* as() const { return static_cast<T*>(data); }
+};
+
+// fn(begin, end) over [0, count) in pieces, on the host's threads; cost_per_item
+// is a rough cycle count the host uses to decide how finely to split.
+using Range = std::function<void(int64_t, int64_t)>;
+using ParallelFor = std::function<void(int64_t count, int64_t cost_per_item, const Range& fn)>;
+
+// -- float16 storage (uint16_t bits) <-> float ---------------------------------
+inline float HalfToFloat(uint16_t h) {
+#if defined(__FLT16_MANT_DIG__)
+  _Float16 v;
+  std::memcpy(&v, &h, 2);
+  return static_cast<float>(v);
+#else
+  const uint32_t sign = (h >> 15) & 1, exp = (h >> 10) & 31, man = h & 1023;
+  uint32_t bits;
+  if (exp == 0) {
+    float v = static_cast<float>(man) * (1.0f / 16777216.0f);
+    return sign ? -v : v;
+  }
+  bits = (sign << 31) | (exp == 31 ? 0x7f800000u | (man << 13) : ((exp + 112) << 23) | (man << 13));
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+#endif
+}
+
+#if defined(__FLT16_MANT_DIG__)
+inline uint16_t FloatToHalf(float f) {
+  _Float16 v = static_cast<_Float16>(f);  // round to nearest even, as Eigen::half
+  uint16_t h;
+  std::memcpy(&h, &v, 2);
+  return h;
+}
+#else
+inline uint16_t FloatToHalf(float f) {  // round to nearest even by float arithmetic
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint16_t sign = (x >> 16) & 0x8000;
+  const float a = f < 0 ? -f : f;
+  if (f != f) return sign | 0x7e00;
+  if (a >= 65520.f) return sign | 0x7c00;
+  if (a < 6.103515625e-05f) return sign | static_cast<uint16_t>(__builtin_nearbyintf(a * 16777216.f));
+  int e;
+  const float m = __builtin_frexpf(a, &e);  // a = m * 2^e, m in [0.5, 1)
+  uint32_t man = static_cast<uint32_t>(__builtin_nearbyintf((m * 2 - 1) * 1024));
+  if (man == 1024) man = 0, ++e;
+  return sign | static_cast<uint16_t>(((e + 14) << 10) | man);
+}
+#endif
+
+inline void ToFloats(const float* src, float* dst, int64_t n) {
+  if (src != dst && n) std::memcpy(dst, src, sizeof(float) * n);
+}
+inline void ToFloats(const uint16_t* src, float* dst, int64_t n) {
+  int64_t i = 0;
+#if defined(__F16C__)
+  for (; i + 8 <= n; i += 8) {
+    __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+  }
+#endif
+  for (; i < n; ++i) dst[i] = HalfToFloat(src[i]);
+}
+inline void FromFloats(const float* src, float* dst, int64_t n) {
+  if (src != dst && n) std::memcpy(dst, src, sizeof(float) * n);
+}
+inline void FromFloats(const float* src, uint16_t* dst, int64_t n) {
+  int64_t i = 0;
+#if defined(__F16C__)
+  for (; i + 8 <= n; i += 8) {
+    __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), h);
+  }
+  for (; i < n; ++i) dst[i] = static_cast<uint16_t>(_cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT));
+#else
+  for (; i < n; ++i) dst[i] = FloatToHalf(src[i]);
+#endif
+}
+
+// -- memory ------------------------------------------------------------------
+// For outputs far larger than the cache: non-temporal stores skip the read that
+// an ordinary store of a cache line costs. StreamFence() before the work ends.
+inline void StreamFloats(const float* src, float* dst, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX__)
+  for (; i < n && (reinterpret_cast<uintptr_t>(dst + i) & 31); ++i) dst[i] = src[i];
+  for (; i + 8 <= n; i += 8) _mm256_stream_ps(dst + i, _mm256_loadu_ps(src + i));
+#endif
+  for (; i < n; ++i) dst[i] = src[i];
+}
+
+inline void StreamFence() {
+#if defined(__x86_64__)
+  _mm_sfence();
+#endif
+}
+
+// Asks for memory a loop reads next: a new row's first cache misses otherwise stall it.
+inline void Prefetch(const void* p, int64_t bytes) {
+#if defined(__x86_64__)
+  const char* c = static_cast<const char*>(p);
+  for (int64_t i = 0; i < bytes; i += 64) _mm_prefetch(c + i, _MM_HINT_T0);
+#endif
+}
+
+}  // namespace abi
+}  // namespace bridge
+
+#endif  // BRIDGE_KERNELS_ABI_H_

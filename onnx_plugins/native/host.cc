@@ -1,0 +1,107 @@
+// The generic onnxruntime host: one custom op per kernel core of this build
+// (spec/cores.h, rendered from the specs; the ABI is bridge/kernels/abi.h). The
+// node's attributes are read by the spec's table, the inputs checked by the
+// core's one shape function, the outputs allocated here, and the core computes
+// on the session's intra-op threads.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "bridge_ort.h"
+#include "spec/cores.h"
+
+namespace bridge {
+namespace {
+
+// The rendered Read() calls Get(name, &field, has_default); the attribute table
+// (the spec's defaults as text) fills in what the node leaves out.
+struct Reader {
+  const Attrs& a;
+  void Get(const char* name, float* v, bool) const { *v = a.f(name); }
+  void Get(const char* name, int64_t* v, bool) const { *v = a.i(name); }
+  void Get(const char* name, std::string* v, bool) const { *v = a.s(name); }
+  void Get(const char* name, std::vector<float>* v, bool) const { *v = a.floats(name); }
+  void Get(const char* name, std::vector<int64_t>* v, bool) const { *v = a.ints(name); }
+};
+
+// Work per task: ~64 KB of float rows at FusedLayerNorm's cost, enough to
+// amortise scheduling, small enough to balance.
+constexpr int64_t kTaskCost = 6 * 16384;
+
+abi::ParallelFor Pool(const Ctx& ctx) {
+  return [&ctx](int64_t count, int64_t cost, const abi::Range& fn) {
+    if (count <= 0) return;
+    const int64_t per = std::max<int64_t>(1, kTaskCost / std::max<int64_t>(cost, 1));
+    const int64_t tasks = (count + per - 1) / per;
+    ctx.parallel_for(static_cast<size_t>(tasks), [&](size_t t) {
+      const int64_t b = static_cast<int64_t>(t) * per;
+      fn(b, std::min(count, b + per));
+    });
+  };
+}
+
+abi::DType TypeOf(const View& v) { return is_half(v) ? abi::DType::kFloat16 : abi::DType::kFloat32; }
+
+template <typename Core>
+const OpDef& DefOf();
+
+template <typename Core>
+struct Hosted : Kernel {
+  using Spec = typename Core::Spec;
+  typename Core::Params params;
+
+  explicit Hosted(const Attrs& attrs) {
+    typename Spec::OnnxAttrs a;
+    Spec::Read(Reader{attrs}, &a);
+    const abi::Status s = Core::Read(a, &params);
+    if (!s.ok()) throw OpFailure(Spec::kName, s.arg, s.message);
+  }
+
+  void compute(Ctx& ctx) override {
+    std::vector<View> views;
+    std::vector<abi::Shape> shapes;
+    for (int i = 0; i < Spec::kNumInputs; ++i) {
+      views.push_back(ctx.input(i));
+      shapes.emplace_back(views.back().shape);
+    }
+    check_same_type(Spec::kName, views, DefOf<Core>());
+    std::vector<abi::Shape> out_shapes;
+    const abi::Status s = Core::Shapes(params, shapes, &out_shapes);
+    if (!s.ok()) throw OpFailure(Spec::kName, s.arg, s.message);
+    const abi::DType type = TypeOf(views[0]);
+    std::vector<abi::In> in;
+    for (const View& v : views) in.push_back({v.data, v.shape, type});
+    std::vector<abi::Out> out;
+    for (int i = 0; i < Spec::kNumOutputs; ++i) {
+      const std::vector<int64_t>& shape = out_shapes[i].d;
+      out.push_back({ctx.output(i, shape), shape, type});
+    }
+    Core::Compute(params, in, out, Pool(ctx));
+  }
+};
+
+template <typename Core>
+Kernel* Create(const Attrs& attrs, const OrtKernelInfo*) {
+  return new Hosted<Core>(attrs);
+}
+
+template <typename Core>
+const OpDef& DefOf() {
+  using Spec = typename Core::Spec;
+  static const OpDef def = [] {
+    OpDef d{Spec::kName, {}, {}, {}, Create<Core>, Spec::kDomain};
+    d.inputs.assign(Spec::kInputs, Spec::kInputs + Spec::kNumInputs);
+    d.outputs.assign(Spec::kOutputs, Spec::kOutputs + Spec::kNumOutputs);
+    for (int i = 0; i < Spec::kNumOnnxAttrs; ++i)
+      d.attrs.push_back({Spec::kOnnxAttrs[i].name, Spec::kOnnxAttrs[i].type, Spec::kOnnxAttrs[i].def});
+    return d;
+  }();
+  return def;
+}
+
+#define BRIDGE_ORT_HOST(Op) const int kRegistered##Op = register_op(&DefOf<core::Op>());
+BRIDGE_CORES(BRIDGE_ORT_HOST)
+#undef BRIDGE_ORT_HOST
+
+}  // namespace
+}  // namespace bridge
