@@ -1,7 +1,8 @@
 """A team's own LiteRT kernels (`--litert-library DIR`).
 
 DIR holds one .cc per op, written like bridge's own op files
-(bridge/litert/native/*.cc) against bridge/litert/native/common.h's Node API.
+(bridge/litert/native/*.cc) against bridge/litert/native/common.h's Node API, or
+is one kernel core (DIR/kernel.h, bridge's op ABI), served by the generic host.
 LiteRT registers the custom ops of one library per compiled model, so the team's
 files are compiled into a build of bridge's LiteRT library of their own
 (bridge.native.litert_library_build: cached apart, keyed by the team's files),
@@ -49,9 +50,9 @@ def add(path) -> List[str]:
     from bridge import native
     from bridge.litert import runtime
     p = Path(path).expanduser()
-    if not p.is_dir() or not any(p.glob("*.cc")):
+    if not native.is_core_folder(p) and (not p.is_dir() or not any(p.glob("*.cc"))):
         raise LiteRTLibraryError(f"{FLAG} {path}: not a folder of .cc files (one per op, written against "
-                                 f"bridge/litert/native/common.h)")
+                                 f"bridge/litert/native/common.h) nor a kernel core (kernel.h)")
     previous = (_folder, _ops)
     _folder = p.resolve()
     try:
