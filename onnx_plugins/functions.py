@@ -25,7 +25,8 @@ import onnx
 from onnx import helper, numpy_helper
 
 from bridge import ops as specs
-from bridge.ops import OpSpec
+from bridge.ops import OpSpec, body as body_protocol
+from bridge.ops.body import Ref
 
 from .schemas import allowed_elem_types, node_attrs
 
@@ -37,13 +38,6 @@ CASTLIKE_OPSET = 15
 _ONNX_ATTR_TYPE = {"float": onnx.AttributeProto.FLOAT, "int": onnx.AttributeProto.INT,
                    "string": onnx.AttributeProto.STRING, "list(float)": onnx.AttributeProto.FLOATS,
                    "list(int)": onnx.AttributeProto.INTS}
-
-
-class Ref:
-    """An attribute of the calling node, by its com.bridge name."""
-
-    def __init__(self, name: str):
-        self.name = name
 
 
 def op_module(spec: OpSpec):
@@ -60,7 +54,9 @@ def _spec(spec_or_name) -> OpSpec:
     return spec_or_name if isinstance(spec_or_name, OpSpec) else specs.get(spec_or_name)
 
 
-class Body:
+class Body(body_protocol.Body):
+    """The Body protocol (bridge/ops/body.py) building ONNX nodes."""
+
     FLOAT = onnx.TensorProto.FLOAT   # float32, as `dtype` and Cast's `to` spell it here
 
     def __init__(self, spec: OpSpec, opset: int, dtype: Optional[int] = None, attrs: Optional[dict] = None,
@@ -81,10 +77,6 @@ class Body:
         self._count = 0
 
     # -- plumbing ---------------------------------------------------------------
-    def fresh(self, hint: str) -> str:
-        self._count += 1
-        return f"{self.prefix}{hint}_{self._count}"
-
     def _attr(self, key: str, value) -> onnx.AttributeProto:
         if isinstance(value, Ref):
             a = self.spec.onnx_attr(value.name)
@@ -103,10 +95,6 @@ class Body:
         node.attribute.extend(self._attr(k, v) for k, v in attrs.items())
         self.nodes.append(node)
         return outs[0] if len(outs) == 1 and out is None or isinstance(out, str) else outs
-
-    def ref(self, name: str) -> Ref:
-        """The calling node's attribute `name` (for bodies written outside this package)."""
-        return Ref(name)
 
     def const(self, value, dtype="int64") -> str:
         return self.op("Constant", value=numpy_helper.from_array(np.asarray(value, dtype=dtype)))

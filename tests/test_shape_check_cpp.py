@@ -15,7 +15,6 @@ import dataclasses
 import shutil
 import subprocess
 
-import numpy as np
 import pytest
 
 from bridge import ops

@@ -12,7 +12,8 @@ registers the gradients. A SavedModel that uses the ops reloads only after this
 import ("Op type not registered" otherwise).
 
 Each op lives in two files here: `<op>.cc` (registration, shape function, CPU
-kernel) and `<op>_op.py` (wrapper, gradient, composite).
+kernel) and `<op>_op.py` (wrapper, gradient); its composite comes from its spec's
+body (from_body.py), as a team op's does.
 """
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ import tensorflow as tf
 
 from bridge import ops as _specs
 from bridge.native import BuildError, read_build_info, tf_ops_build
+
+from . import from_body as _from_body
 
 _HERE = Path(__file__).resolve().parent
 _library = None
@@ -89,8 +92,8 @@ def _dispatcher(mod):
     return call
 
 
-# The per-op Python sides, in spec order; each module exposes `op`, `composite`
-# and registers its gradient on import.
+# The per-op Python sides, in spec order; each module exposes `op` and registers
+# its gradient on import; `composite` is set here from the spec's body.
 composite = types.SimpleNamespace()
 _op_modules = {}
 _missing = {}  # op name -> why it has no TensorFlow side
@@ -103,9 +106,11 @@ for _spec in _specs.all_specs():
         _missing[_spec.name] = f"no tf_ops/{_spec.module}.cc or {_spec.module}_op.py"
         continue
     _mod = importlib.import_module(f"{__name__}.{_spec.module}_op")
+    _mod.composite = _from_body.composite(_spec)  # the op's one decomposition (its spec's body), in TF ops
     _op_modules[_spec.name] = _mod
     globals()[_spec.module] = _dispatcher(_mod)
-    setattr(composite, _spec.module, _mod.composite)
+    if _mod.composite is not None:
+        setattr(composite, _spec.module, _mod.composite)
 
 
 def op_module(name: str):

@@ -1,9 +1,9 @@
-"""FusedLayerNorm in TensorFlow: the public wrapper, the composite and the gradient.
+"""FusedLayerNorm in TensorFlow: the public wrapper and the gradient.
 
-`op` runs the C++ kernel (fused_layer_norm.cc); `composite` computes the same from
-standard TF ops (what TFLite builtins and standard ONNX get when the model is
-lowered); the gradient is registered on import: its first order is the fused
-FusedLayerNormGrad op, higher orders differentiate the composite gradient.
+`op` runs the C++ kernel (fused_layer_norm.cc); its composite (standard TF ops, what
+TFLite builtins get when the model is lowered) is the spec's body on TfBody
+(tf_ops/from_body.py); the gradient is registered on import: its first order is
+the fused FusedLayerNormGrad op, higher orders differentiate the composite gradient.
 """
 from __future__ import annotations
 
@@ -33,27 +33,6 @@ def op(x, gamma, beta, epsilon=_EPSILON, name=None):
     attrs = SPEC.resolve({"epsilon": epsilon})
     x, gamma, beta = _inputs(x, gamma, beta)
     return tf_ops.load().fused_layer_norm(x, gamma, beta, name=name, **attrs)
-
-
-def composite(x, gamma, beta, epsilon=_EPSILON, name=None):
-    """The same math from standard TF ops (float16 computed in float32, as the kernel does)."""
-    attrs = SPEC.resolve({"epsilon": epsilon})
-    x, gamma, beta = _inputs(x, gamma, beta)
-    SPEC.infer_shapes([_shape(x), _shape(gamma), _shape(beta)], **attrs)
-    with tf.name_scope(name or "FusedLayerNormComposite"):
-        dtype = x.dtype
-        if dtype != tf.float32:
-            x, gamma, beta = (tf.cast(t, tf.float32) for t in (x, gamma, beta))
-        centred = x - tf.reduce_mean(x, axis=-1, keepdims=True)
-        # again: the float32 mean's own rounding (2^-10 at 3e4) would stay in every y
-        centred -= tf.reduce_mean(centred, axis=-1, keepdims=True)
-        var = tf.reduce_mean(tf.square(centred), axis=-1, keepdims=True)
-        y = centred * tf.math.rsqrt(var + attrs["epsilon"]) * gamma + beta
-        return tf.cast(y, dtype) if dtype != tf.float32 else y
-
-
-def _shape(t):
-    return None if t.shape.rank is None else tuple(t.shape.as_list())
 
 
 def _composite_gradient(dy, x, gamma, epsilon):

@@ -1,9 +1,9 @@
-"""YoloConvBnLeaky in TensorFlow: the public wrapper, the composite and the gradient.
+"""YoloConvBnLeaky in TensorFlow: the public wrapper and the gradient.
 
-`op` runs the C++ kernel (yolo_conv_bn_leaky.cc); `composite` computes the same
-from standard TF ops in the form converters map to builtins (folded weights,
-CONV_2D, bias, LEAKY_RELU; EXPLICIT padding as a Pad then VALID); the gradient for
-all seven inputs is registered on import.
+`op` runs the C++ kernel (yolo_conv_bn_leaky.cc); its composite is the spec's body
+on TfBody (tf_ops/from_body.py): folded weights, CONV_2D on NHWC, bias, LEAKY_RELU,
+the form converters map to builtins; the gradient for all seven inputs is
+registered on import.
 """
 from __future__ import annotations
 
@@ -36,10 +36,6 @@ def _inputs(x, *rest):
     return (x,) + tuple(tf.convert_to_tensor(t, dtype_hint=x.dtype) for t in rest)
 
 
-def _shape(t):
-    return None if t.shape.rank is None else tuple(t.shape.as_list())
-
-
 def op(x, filter, conv_bias, bn_gamma, bn_beta, bn_mean, bn_variance,  # noqa: A002 (the spec's name)
        strides=_D["strides"], padding=_D["padding"], explicit_paddings=_D["explicit_paddings"],
        dilations=_D["dilations"], epsilon=_D["epsilon"], alpha=_D["alpha"], name=None):
@@ -54,46 +50,9 @@ def op(x, filter, conv_bias, bn_gamma, bn_beta, bn_mean, bn_variance,  # noqa: A
     return tf_ops.load().yolo_conv_bn_leaky(*args, name=name, **attrs)
 
 
-def _pads(attrs):
-    """[[top, bottom], [left, right]] of EXPLICIT padding."""
-    p = attrs["explicit_paddings"]
-    return [[p[2], p[3]], [p[4], p[5]]]
-
-
 def _fold(filt, conv_bias, bn_gamma, bn_beta, bn_mean, bn_variance, epsilon):
     s = bn_gamma * tf.math.rsqrt(bn_variance + epsilon)
     return filt * s, (conv_bias - bn_mean) * s + bn_beta, s
-
-
-def composite(x, filter, conv_bias, bn_gamma, bn_beta, bn_mean, bn_variance,  # noqa: A002
-              strides=_D["strides"], padding=_D["padding"], explicit_paddings=_D["explicit_paddings"],
-              dilations=_D["dilations"], epsilon=_D["epsilon"], alpha=_D["alpha"], name=None):
-    """The same math from standard TF ops: fold, conv2d, bias_add, leaky_relu
-    (float16 computed in float32, as the kernel does)."""
-    attrs = _attrs(strides, padding, explicit_paddings, dilations, epsilon, alpha)
-    args = _inputs(x, filter, conv_bias, bn_gamma, bn_beta, bn_mean, bn_variance)
-    (out_shape,) = SPEC.infer_shapes([_shape(t) for t in args], **attrs)
-    with tf.name_scope(name or "YoloConvBnLeakyComposite"):
-        dtype = args[0].dtype
-        if None not in out_shape and 0 in out_shape:
-            # TF's Conv2D hands an empty input back unchanged ([0,H,W,Cin]), whatever the filter.
-            return tf.zeros(out_shape, dtype)
-        if dtype != tf.float32:
-            args = tuple(tf.cast(t, tf.float32) for t in args)
-        x, filt = args[0], args[1]
-        w, b, _ = _fold(filt, *args[2:], attrs["epsilon"])
-        pad = attrs["padding"]
-        if pad == "EXPLICIT":
-            # Pad + VALID: the form TFLite's CONV_2D and every converter understand.
-            x = tf.pad(x, [[0, 0], *_pads(attrs), [0, 0]])
-            pad = "VALID"
-        fshape = _shape(filt)
-        if fshape is not None and 0 in fshape and None not in out_shape:
-            z = tf.zeros(out_shape, tf.float32)  # an empty filter convolves to zero (TF's Conv2D refuses it)
-        else:
-            z = tf.nn.conv2d(x, w, strides=list(attrs["strides"]), padding=pad, dilations=list(attrs["dilations"]))
-        y = tf.nn.leaky_relu(tf.nn.bias_add(z, b), alpha=attrs["alpha"])
-        return tf.cast(y, dtype) if dtype != tf.float32 else y
 
 
 def _conv_attrs(op_):

@@ -1,8 +1,7 @@
-"""YoloDecode in TensorFlow: the public wrapper, the composite and the gradient.
+"""YoloDecode in TensorFlow: the public wrapper and the gradient.
 
-`op` runs the C++ kernel (yolo_decode.cc); `composite` computes the same from
-standard TF ops that TFLite and ONNX both take (Reshape, Split, Sigmoid, Exp,
-Mul, Add, Range, Tile), with the grid built from the input's shape so a dynamic
+`op` runs the C++ kernel (yolo_decode.cc); its composite is the spec's body on
+TfBody (tf_ops/from_body.py), the grid built from the input's shape so a dynamic
 batch works; the gradient is registered on import.
 """
 from __future__ import annotations
@@ -45,36 +44,6 @@ def op(raw, anchors, num_classes, stride, scale_x_y=_SCALE_X_Y, name=None):
     from bridge import tf_ops
     attrs = _attrs(anchors, num_classes, stride, scale_x_y)
     return tuple(tf_ops.load().yolo_decode(_raw(raw), name=name, **attrs))
-
-
-def _dim(t, i):
-    """A dimension as a Python int when static, else a scalar tensor."""
-    d = t.shape[i] if t.shape.rank is not None else None
-    return d if d is not None else tf.shape(t)[i]
-
-
-def composite(raw, anchors, num_classes, stride, scale_x_y=_SCALE_X_Y, name=None):
-    """The same math from standard TF ops, in the input's dtype."""
-    attrs = _attrs(anchors, num_classes, stride, scale_x_y)
-    raw = _raw(raw)
-    SPEC.infer_shapes([None if raw.shape.rank is None else tuple(raw.shape.as_list())], **attrs)
-    a, c = len(attrs["anchors"]) // 2, attrs["num_classes"]
-    s, stride = attrs["scale_x_y"], float(attrs["stride"])
-    dtype = raw.dtype
-    with tf.name_scope(name or "YoloDecodeComposite"):
-        n, h, w = _dim(raw, 0), _dim(raw, 1), _dim(raw, 2)
-        rows = h * w * a
-        p = tf.reshape(raw, tf.stack([n, rows, 5 + c]) if tf.is_tensor(rows) or tf.is_tensor(n) else [n, rows, 5 + c])
-        txy, twh, to, tc = tf.split(p, [2, 2, 1, c], axis=-1)
-        # Row r = (y*W + x)*A + a: its grid cell is r // A.
-        cell = tf.range(rows) // a
-        grid = tf.expand_dims(tf.cast(tf.stack([cell % w, cell // w], axis=-1), dtype), 0)
-        xy = (tf.sigmoid(txy) * s - (s - 1.0) / 2.0 + grid) * stride
-        anchor_rows = tf.tile(tf.constant(attrs["anchors"], dtype, shape=[a, 2]), tf.stack([h * w, 1]))
-        wh = tf.exp(twh) * tf.expand_dims(anchor_rows, 0)
-        boxes = tf.concat([xy, wh], axis=-1)
-        objectness = tf.squeeze(tf.sigmoid(to), axis=-1)
-        return boxes, objectness, tf.sigmoid(tc)
 
 
 @tf.RegisterGradient(SPEC.name)

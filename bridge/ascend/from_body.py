@@ -18,6 +18,7 @@ from typing import Any, Dict, Sequence, Union
 import numpy as np
 
 from bridge.ascend.decomposition import Decomposition, Value, ints
+from bridge.ops.body import Body, Ref, UnmappedOp  # noqa: F401 (UnmappedOp: this road's refusal)
 
 FLOAT32, INT64 = "float32", "int64"
 _ONNX_DTYPES = {1: FLOAT32, 7: INT64, FLOAT32: FLOAT32, INT64: INT64}  # TensorProto codes and names
@@ -56,23 +57,15 @@ ONNX_TO_GE: Dict[str, Mapping] = {
 _SPECIAL = ("Cast", "CastLike", "Identity")
 
 
-class UnmappedOp(ValueError):
-    """The body uses an ONNX op the Ascend road has no GE operator for."""
-
-
-class _Ref:
-    def __init__(self, name: str):
-        self.name = name
-
-
-class GeBody:
-    """Onnx_plugins' Body API, recording into a Decomposition. Opset 17: the
-    newest the GE ONNX parsers read, where an op's LayerNormalization becomes GE's
-    LayerNorm (render_onnx spells it out below 17)."""
+class GeBody(Body):
+    """The Body protocol (bridge/ops/body.py) recording into a Decomposition. Opset
+    17: the newest the GE ONNX parsers read, where an op's LayerNormalization becomes
+    GE's LayerNorm (render_onnx spells it out below 17)."""
 
     opset = 17
     FLOAT = FLOAT32
     dtype = FLOAT32
+    cannot = "the Ascend road cannot map onto a GE built-in operator"
 
     def __init__(self, g: Decomposition):
         self.g, self.spec = g, g.spec
@@ -82,10 +75,6 @@ class GeBody:
         self._count = 0
 
     # -- plumbing ----------------------------------------------------------------
-    def fresh(self, hint: str) -> str:
-        self._count += 1
-        return f"{hint}_{self._count}"
-
     def _value(self, name: str) -> Value:
         return self.values[name]
 
@@ -95,17 +84,12 @@ class GeBody:
         return name
 
     def _refuse(self, what: str):
-        raise UnmappedOp(f"{self.spec.name}: its decomposition uses {what}, which the Ascend road cannot map onto "
-                         f"a GE built-in operator (it maps ONNX {', '.join(sorted((*ONNX_TO_GE, *_SPECIAL)))}); "
-                         f"write the body with those, or bring a GE custom operator")
+        self.refuse(what, (*ONNX_TO_GE, *_SPECIAL), "write the body with those, or bring a GE custom operator")
 
     def _param(self, value):
-        if isinstance(value, _Ref):
+        if isinstance(value, Ref):
             return self.g.attr(value.name)
         return tuple(value) if isinstance(value, list) else value
-
-    def ref(self, name: str) -> _Ref:
-        return _Ref(name)
 
     def _cast(self, x: str, dtype: str, out) -> str:
         if dtype == self.types[x]:  # float32 to float32: no operator
@@ -189,8 +173,8 @@ class GeBody:
 
 def decomposition_from_body(spec) -> Decomposition:
     if spec.body is None:
-        raise UnmappedOp(f"{spec.name}: its spec has no decomposition (`body`), so the Ascend road has nothing "
-                         f"to map onto GE operators")
+        raise UnmappedOp(spec.name, "its spec has no decomposition (`body`), so the Ascend road has nothing to map "
+                         "onto GE operators")
     g = Decomposition(spec)
     b = GeBody(g)
     names = [a.name for a in spec.inputs]
@@ -200,6 +184,6 @@ def decomposition_from_body(spec) -> Decomposition:
     spec.body(b, *names, outputs=outputs)
     missing = [o for o in outputs if o not in b.values]
     if missing:
-        raise UnmappedOp(f"{spec.name}: its decomposition never writes output {missing[0]!r}")
+        raise UnmappedOp(spec.name, f"its decomposition never writes output {missing[0]!r}")
     g.outputs = [b.values[o] for o in outputs]
     return g

@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional, Sequence, Tuple
 import numpy as np
 
 from . import nonfinite, shape_rules
-from .op_error import OpError, Shape, dims
+from .op_error import OpError, Shape, dims  # noqa: F401 (dims: bridge.ops.spec.dims, as layers import it)
 
 DOMAIN = "com.bridge"
 DOMAIN_VERSION = 1
