@@ -39,7 +39,7 @@ from bridge.exporting import NOT_WRITTEN, Check, ExportError, ExportResult, Opti
 from bridge.untrusted import UntrustedNameError, file_stems, inside, md_cell, md_code, shell_word, shown, write_npz
 
 from . import road_limits
-from .shared_steps import compare_outputs, float64_reference, model_to_export, tf_outputs
+from .shared_steps import model_to_export
 
 DESCRIPTION = "Ascend GE/ATC: a static ONNX for ATC, the OPP plugin package, atc.sh and a README"
 MODES = ()
@@ -341,27 +341,13 @@ def package_for(route: str) -> Dict[str, str]:
     raise OptionError(f"--route {route}: choose one of {', '.join(ROUTES)}")
 
 
-def run_routes(model, feeds: Dict[str, np.ndarray], route: str = "builtin") -> Dict[str, Dict[str, np.ndarray]]:
-    """The plugin routes on onnxruntime: `custom` (native kernels) and, for the
-    built-in route, `builtin` (the expansion ParseOpToGraphFn builds, standard ops
-    only)."""
-    import onnxruntime as ort
-    from bridge import onnx_plugins
-    from bridge.ascend import expand_builtin, legacy_to_runnable
-    names = [o.name for o in model.graph.output]
-    runnable = legacy_to_runnable(model)
-    sessions = [("custom", onnx_plugins.session(runnable, kernels="all"))]
-    if route == "builtin":
-        sessions.append(("builtin", ort.InferenceSession(expand_builtin(model).SerializeToString(),
-                                                         providers=["CPUExecutionProvider"])))
-    return {name: dict(zip(names, s.run(names, feeds))) for name, s in sessions}
-
-
 def export(source, output: str, *, mode=None, opset: Optional[int] = None, fuse: bool = True, seed: int = 0,
-           verbose: bool = False, progress=None, atol: Optional[float] = None, verify: bool = True,
+           verbose: bool = False, progress=None, atol: Optional[float] = None, verify=None,
            parser: str = "new", soc_version: str = DEFAULT_SOC, route: str = "builtin", **_) -> ExportResult:
-    """The `--to ge` exporter (interface: bridge/commands/export.py)."""
-    from bridge.converters.export_onnx import as_model_outputs, at_lowest_opset, convert_raw, embed_external, renamed_lines
+    """The `--to ge` exporter (interface: bridge/commands/export.py). `verify`: a
+    bridge.parity.verify.Verifier, run on the bundle's model before any file is
+    written (None: not verified)."""
+    from bridge.converters.export_onnx import at_lowest_opset, convert_raw, embed_external, renamed_lines
     from bridge.ascend.origins import EXPORT_OPSETS
     from bridge.modelsource import ModelSourceError
     progress = progress or quiet()
@@ -409,12 +395,7 @@ def export(source, output: str, *, mode=None, opset: Optional[int] = None, fuse:
     not_verified = ""
     if verify and fn is not None:
         with progress.stage("verifying the plugin routes"):
-            ref = tf_outputs(fn, feeds, [i.name for i in source.inputs])
-            float64 = float64_reference(source, feeds)
-            for run, got in run_routes(ge, feeds, route).items():
-                for c in compare_outputs(as_model_outputs(got, ge), ref, atol, float64=float64):
-                    c.output = f"{c.output} [{run}]"
-                    checks.append(c)
+            checks = verify.ge(ge, route)
     elif verify:
         not_verified = "an ONNX source: no TensorFlow model to compare against"
     fixed = fixed_dims(source, shapes)

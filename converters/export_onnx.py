@@ -31,7 +31,7 @@ import numpy as np
 from bridge import atomic
 from bridge.exporting import NOT_WRITTEN, Check, ExportError, ExportResult, OptionError, Progress, quiet
 
-from .shared_steps import compare_outputs, float64_reference, model_to_export, tf_outputs
+from .shared_steps import model_to_export
 
 DESCRIPTION = "ONNX: fused ops as com.bridge nodes with function bodies (custom) or standard ops only (lowered)"
 MODES = ("custom", "lowered")     # the first is the default
@@ -512,16 +512,6 @@ def _write_external(model, storage: Mapping[str, bytes], data_path: str, data_na
                 e.key, e.value = k, v
 
 
-# -- verifying -----------------------------------------------------------------
-def run_onnx(path_or_model, feeds: Mapping[str, np.ndarray], mode: str) -> Dict[str, np.ndarray]:
-    """Runs the export on onnxruntime: with bridge's native kernels in custom mode.
-    A path goes to onnxruntime as it is (external data included)."""
-    from bridge import onnx_plugins
-    sess = onnx_plugins.session(path_or_model, kernels="all" if mode == "custom" else "none")
-    names = [o.name for o in sess.get_outputs()]
-    return dict(zip(names, sess.run(names, dict(feeds))))
-
-
 # -- the pipeline ----------------------------------------------------------------
 def _variable_bytes(concrete) -> int:
     return sum(int(v.shape.num_elements() or 0) * v.dtype.size for v in concrete.variables)
@@ -529,8 +519,9 @@ def _variable_bytes(concrete) -> int:
 
 def export(source, output: str, *, mode: Optional[str] = None, opset: Optional[int] = None, fuse: bool = True,
            seed: int = 0, verbose: bool = False, progress: Optional[Progress] = None, atol: Optional[float] = None,
-           verify: bool = True, external_data: Optional[bool] = None, **_) -> ExportResult:
-    """The `--to onnx` exporter (interface: bridge/commands/export.py)."""
+           verify=None, external_data: Optional[bool] = None, **_) -> ExportResult:
+    """The `--to onnx` exporter (interface: bridge/commands/export.py). `verify`:
+    a bridge.parity.verify.Verifier, run on the staged file (None: not verified)."""
     progress = progress or quiet()
     mode = check_mode(mode)
     opset = check_opset(opset)
@@ -555,15 +546,7 @@ def export(source, output: str, *, mode: Optional[str] = None, opset: Optional[i
 
     def verified(staged: str) -> bool:  # the staged file, before it is moved into place
         with progress.stage("verifying"):
-            feeds = source.sample_inputs(seed=seed)
-            ref = tf_outputs(fn, feeds, [i.name for i in source.inputs])
-            try:
-                got = as_model_outputs(run_onnx(staged, feeds, mode), onnx_model)
-            except Exception as e:  # onnxruntime's own errors (e.g. a Reshape tf2onnx's optimizer got wrong)
-                raise ExportError(f"onnxruntime cannot run the export (not written): {_first_line(e)}. This is a "
-                                  f"fault of the converted graph, not of the model: try another --opset, and "
-                                  f"report it with the model") from None
-            checks.extend(compare_outputs(got, ref, atol, float64=float64_reference(source, feeds)))
+            checks.extend(verify.onnx(staged, mode))
         return all(c.passed for c in checks)
 
     files = save(onnx_model, output, external=large, storage=external, verify=verified if verify else None,
@@ -596,11 +579,6 @@ def renamed_lines(model) -> List[str]:
     pairs = ", ".join(f"{shown(old)} -> {shown(new)}" for new, old in names.items())
     return [f"outputs named like an input are renamed in the file (an ONNX name is one value): {pairs}; "
             f"metadata {RENAMED_OUTPUTS} maps them back"]
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0][:300]}" if text else type(e).__name__
 
 
 def _op_counts(model) -> Dict[str, int]:

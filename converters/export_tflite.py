@@ -29,15 +29,13 @@ import sys
 import tempfile
 from typing import Dict, List, Mapping, Optional, Sequence
 
-import numpy as np
-
 from bridge import atomic
 from bridge import ops as specs
 from bridge.exporting import NOT_WRITTEN, Check, ExportError, ExportResult, OptionError, Progress, quiet
 from bridge.litert.team_libraries import FLAG as LITERT_FLAG
 
 from . import road_limits
-from .shared_steps import compare_outputs, float64_reference, model_to_export, tf_outputs
+from .shared_steps import model_to_export
 
 DESCRIPTION = "TFLite: builtins only (lowered: fused ops as their composites) or the fused ops as custom ops"
 MODES = ("lowered", "custom")     # the first is the default
@@ -310,51 +308,24 @@ def _error_code_name(err) -> str:
         return ""
 
 
-# -- running ----------------------------------------------------------------------
-def run_tflite(data: bytes, feeds: Mapping[str, np.ndarray], delegates: bool = True) -> Dict[str, np.ndarray]:
-    """Runs a TFLite file on ai_edge_litert through its signature (inputs resized
-    to the feeds' shapes); {output name: array}. `delegates=False`: TFLite's own
-    builtin kernels, without the default XNNPack delegate."""
-    try:
-        from ai_edge_litert.interpreter import Interpreter, OpResolverType
-    except ImportError:
-        import tensorflow as tf
-        Interpreter, OpResolverType = tf.lite.Interpreter, tf.lite.experimental.OpResolverType
-    kwargs = {} if delegates else {
-        "experimental_op_resolver_type": OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES}
-    runner = Interpreter(model_content=data, **kwargs).get_signature_runner()
-    return {k: np.asarray(v) for k, v in runner(**{k: np.ascontiguousarray(v) for k, v in feeds.items()}).items()}
-
-
-def check_against(data: bytes, fn, feeds: Mapping[str, np.ndarray], order: Sequence[str], quantize: str,
-                  atol: Optional[float] = None, runner=None, float64=None) -> List[Check]:
-    """Per output: the file on ai_edge_litert (or `runner(data, feeds)`: bridge's
-    LiteRT kernels for custom ops) against `fn` in TensorFlow, under the parity
-    rule; the quantisation's bound replaces the dtype default. `float64`: see
-    shared_steps.compare_outputs."""
-    ref = tf_outputs(fn, feeds, order)
-    return compare_outputs((runner or run_tflite)(data, feeds), ref, atol, bound=QUANTIZE_BOUND[quantize],
-                           float64=float64)
-
-
-def _custom_runner(codes):
-    """bridge's LiteRT kernels as a `runner`, when they build and serve every
-    custom op in `codes`; else None (the file is then not run here)."""
+def _kernels_serve(codes) -> bool:
+    """Whether bridge's LiteRT kernels build here and serve every custom op in
+    `codes` (else the file is not run: the report says so)."""
     try:
         from bridge.litert import runtime
         served = {op for op, why in runtime.served_ops().items() if why is None}
     except Exception:  # no LiteRT kernels here: the report says the file was not run
-        return None
-    if not set(codes) <= served:
-        return None
-    return runtime.run_tflite_custom
+        return False
+    return set(codes) <= served
 
 
 # -- the pipeline ----------------------------------------------------------------
 def export(source, output: str, *, mode: Optional[str] = None, quantize: Optional[str] = "none", fuse: bool = True,
-           seed: int = 0, progress: Optional[Progress] = None, atol: Optional[float] = None, verify: bool = True,
+           seed: int = 0, progress: Optional[Progress] = None, atol: Optional[float] = None, verify=None,
            opset: Optional[int] = None, verbose: bool = False, **_) -> ExportResult:
-    """The `--to tflite` exporter. `source`: a bridge.modelsource.ResolvedModel."""
+    """The `--to tflite` exporter. `source`: a bridge.modelsource.ResolvedModel.
+    `verify`: a bridge.parity.verify.Verifier, run on the file before it is
+    written (None: not verified)."""
     progress = progress or quiet()
     mode, quantize = check_options(mode, quantize)
     if opset is not None:
@@ -403,20 +374,18 @@ def export(source, output: str, *, mode: Optional[str] = None, quantize: Optiona
         lines.append("builtin ops only: runs on any TFLite runtime")
     checks: List[Check] = []
     not_verified = ""
-    runner = None if not custom else _custom_runner(set(custom))
-    if verify and (not custom or runner is not None):
+    runs = not custom or _kernels_serve(set(custom))
+    if verify and runs:
         with progress.stage("verifying"):
-            feeds = source.sample_inputs(seed=seed)
             checked = data
-            if runner is not None and _open_dims(source):
+            if custom and _open_dims(source):
                 # bridge's LiteRT harness cannot resize a file's open dims through shape-computing ops
                 # (bridge/parity/runtimes/tflite_custom.py): its kernels are checked on a twin at the sample shape
                 checked = convert_function(_at_sample(source).function(model), mode, quantize, verbose)
                 lines.append("verified on LiteRT with bridge's kernels: a twin converted at the sample shape "
                              "(the harness cannot resize the file's open dims)")
             # against the model as given (unfused): the fusion is part of what is checked
-            checks = check_against(checked, source.function(), feeds, [i.name for i in source.inputs], quantize,
-                                   atol, runner=runner, float64=float64_reference(source, feeds))
+            checks = verify.tflite(checked, custom=bool(custom), bound=QUANTIZE_BOUND[quantize])
     elif verify:
         not_verified = NO_CUSTOM_KERNELS
     if not all(c.passed for c in checks):  # a file that fails its check is not written

@@ -9,8 +9,8 @@ rows of that road):
   built-in route: the plugins' expansion is float32 only (its constants are
   DT_FLOAT), and ATC lowers precision itself (--precision_mode). The model is
   converted rebuilt with every layer in float32, the same weights
-  (bridge.parity.float64.keras_float32); it is still judged by the bounds of
-  the precision the model computes in (bridge.parity.precision).
+  (bridge.precision.keras_float32); it is still judged by the bounds of
+  the precision the model computes in (bridge.precision).
 - a recurrent layer (LSTM/GRU/SimpleRNN, Bidirectional) on TFLite: TF traces
   its loop with tensor lists, which the converter lowers to builtins (WHILE)
   only when the shapes are static ("Lowering tensor list ops is failed" at an
@@ -42,13 +42,13 @@ def float32_model(model, road: str = "tflite") -> Tuple[object, str]:
     with layers computing below float32 rebuilt in float32, same weights; the
     model itself and "" where there is nothing to change. ValueError (one line)
     when the model does not rebuild."""
-    from bridge.parity import precision
+    from bridge import precision
     if not hasattr(model, "get_config") or not hasattr(model, "_flatten_layers"):
         return model, ""
     low = precision.policies(model)
     if not low:
         return model, ""
-    from bridge.parity.float64 import NoFloat64, keras_float32
+    from bridge.precision import NoFloat64, keras_float32
     why = FLOAT32_WHY[road]
     try:
         twin = keras_float32(model)

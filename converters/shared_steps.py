@@ -1,17 +1,14 @@
-"""Steps every exporter (export_<to>.py) shares: fusing the Keras model, the
-TensorFlow outputs the export is judged against, and the per-output verdicts.
+"""Steps every exporter (export_<to>.py) shares: fusing the model to export.
+(The verification is bridge.parity.verify's: exporters only write.)
 
 Cheap to import (numpy only at module level): the CLI imports every exporter,
 and so this module, to build its --help.
 """
 from __future__ import annotations
 
-import dataclasses
-from typing import Callable, Dict, List, Mapping, Optional, Sequence
+from typing import List
 
-import numpy as np
-
-from bridge.exporting import Check, ExportError, Progress
+from bridge.exporting import ExportError, Progress
 
 
 def fuse_model(model, progress: Progress, summary: List[str], details: dict, graph: bool = False):
@@ -50,99 +47,3 @@ def model_to_export(source, fuse: bool, progress: Progress, summary: List[str], 
     if fuse:
         summary.append(f"{source.kind}: exported as saved (fusion rewrites Keras models only)")
     return source.model
-
-
-def tf_outputs(fn: Callable, feeds: Mapping[str, np.ndarray], order: Sequence[str]) -> Dict[str, np.ndarray]:
-    """{output: array} of `fn` (a tf.function returning a dict) on `feeds`, given
-    positionally in `order`: the reference an export is verified against."""
-    return {k: np.asarray(v) for k, v in fn(*[feeds[n] for n in order]).items()}
-
-
-def compare_outputs(got: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray], atol: Optional[float] = None,
-                    bound: Optional[float] = None, float64: Optional[Callable[[], Mapping[str, np.ndarray]]] = None,
-                    precision: Optional[Mapping[str, str]] = None) -> List[Check]:
-    """Per output of `ref`: max |got - ref| under the parity rule
-    (bridge.parity.compare): the dtype's default tolerance, or `bound` (atol and
-    rtol) for float outputs when given (what quantisation may add); `atol`
-    overrides either. A float output that does not pass is judged again against
-    `float64()` (the model's float64 answer, asked for at most once; see
-    float64_reference) by bridge parity's own rule (bridge.parity.truth.judge:
-    as close to float64 as TF float32 itself, within 3x): pass or FAIL, the
-    numbers against float64 in the note. Where there is no float64 run the
-    plain verdict stands and the note says why. `precision` ({output: dtype},
-    by default `float64.precision`): outputs the model computes below float32
-    (mixed_float16), judged by that dtype's default bounds."""
-    from bridge.parity.compare import Tolerance, compare, default_tolerance
-    precision = precision if precision is not None else getattr(float64, "precision", None) or {}
-    checks = []
-    for name, r in ref.items():
-        r = np.asarray(r)
-        if name not in got:
-            checks.append(Check(name, float("nan"), 0.0, False, f"missing in the export (it has {sorted(got)})"))
-            continue
-        computed = precision.get(name, r.dtype) if r.dtype.kind == "f" else r.dtype
-        tol = Tolerance(bound, bound) if bound is not None and r.dtype.kind == "f" else default_tolerance(computed)
-        tol = tol.with_overrides(atol=atol)
-        c = compare(np.asarray(got[name]), r, tol)
-        # `allowed` is the bound at the element furthest beyond its own (the bound is per element)
-        note = c.note or ("" if c.passed else f"{c.failing} elements beyond their bound, worst at "
-                          f"{list(c.worst_index)}: {c.excess:.3g}x its bound {c.allowed:.3g}")
-        if name in precision and r.dtype.kind == "f":
-            why = f"{precision[name]} bounds: the model computes it in {precision[name]}"
-            note = f"{why}; {note}" if note else why
-        check = Check(name, float(c.max_abs_error), float(c.allowed), bool(c.passed), note, status=c.status)
-        # a NaN or Inf where TF float32 is finite fails as it is: float64 could not excuse it
-        if c.status != "pass" and not c.nonfinite and r.dtype.kind == "f" and float64 is not None:
-            check = _judged_by_float64(check, np.asarray(got[name]), r, tol, float64)
-        checks.append(check)
-    return checks
-
-
-def _judged_by_float64(check: Check, got: np.ndarray, ref: np.ndarray, tol, float64) -> Check:
-    """`check` (against TF float32) decided again by bridge parity's float64
-    rule, TF float32's own distance from float64 (`ref` against it) the floor."""
-    from bridge.parity import truth
-    from bridge.parity.compare import compare
-    from bridge.parity.float64 import NoFloat64
-    try:
-        wide = np.asarray(float64()[check.output])
-    except NoFloat64 as e:
-        return dataclasses.replace(check, note=f"{check.note}; no float64 verdict: {e}")
-    floor = truth.floor_of(compare(ref, wide, tol))
-    v = truth.judge(got, wide, tol, floor)
-    why = (f"judged against the model run in float64 ({truth.RULE}): the export is {v.max_abs_error:.2g} from it, "
-           f"TF float32 {floor.worst:.2g}")
-    if v.passed and v.past_bound:
-        why += f" ({v.past_bound} el. past the bound alone)"
-    if v.note and not v.note.startswith(truth.RULE):
-        why += f"; {v.note}"
-    return dataclasses.replace(check, passed=bool(v.passed), status=v.status, note=f"{check.note}; {why}")
-
-
-def float64_reference(source, feeds: Mapping[str, np.ndarray]) -> Callable[[], Mapping[str, np.ndarray]]:
-    """For compare_outputs: a callable giving the source's Keras model (unfused)
-    run in float64 on `feeds`, computed once on first call, raising NoFloat64
-    when the model has no trustworthy twin, or is not Keras (a SavedModel's
-    graph is fixed at float32)."""
-    if not source.is_keras:
-        from bridge.parity.float64 import NoFloat64
-        from bridge.parity.truth import no_twin
-
-        def refuse():
-            raise NoFloat64(no_twin(source.kind))
-        return refuse
-    from bridge.parity.float64 import NoFloat64, no_verdict, twin_outputs
-    from bridge.parity.precision import output_precision
-    memo: dict = {}
-
-    def run():
-        if "out" not in memo:
-            try:
-                memo["out"] = twin_outputs(source.model, source.output_names, feeds)
-            except Exception as e:  # noqa: BLE001 - no verdict; the check keeps its FAIL and says why
-                memo["out"] = e if isinstance(e, NoFloat64) else NoFloat64(no_verdict(e))
-        if isinstance(memo["out"], Exception):
-            raise memo["out"]
-        return memo["out"]
-    run.precision = output_precision(source.model, source.output_names)  # compare_outputs' default
-    return run

@@ -32,10 +32,11 @@ def _source(name):
 @pytest.fixture(scope="module", params=CASES, ids=lambda c: f"{c[0]}-{c[1]}-opset{c[2]}")
 def exported(request, tmp_path_factory):
     from bridge.converters import export_ge
+    from bridge.parity import verify
     name, parser, opset = request.param
     out = str(tmp_path_factory.mktemp("ge") / f"{name}_ge")
     source = _source(name)
-    return name, parser, opset, out, export_ge.export(source, out, opset=opset, parser=parser, seed=1), source
+    return name, parser, opset, out, verify.export(export_ge, source, out, opset=opset, parser=parser, seed=1), source
 
 
 def test_both_routes_match_tensorflow(exported):
@@ -43,11 +44,11 @@ def test_both_routes_match_tensorflow(exported):
     model.onnx on both routes, fed the written inputs, against the unfused Keras
     model called eagerly, under ops.md's rule (float32 parity default, per
     element)."""
-    from bridge.converters.export_ge import run_routes
+    from bridge.parity.verify import ge_routes
     _, _, _, out, result, source = exported
     feeds = dict(np.load(os.path.join(out, "inputs", "inputs.npz")))
     ref = unfused_outputs(source, feeds)
-    routes = run_routes(onnx.load(os.path.join(out, "model.onnx")), feeds)
+    routes = ge_routes(onnx.load(os.path.join(out, "model.onnx")), feeds)
     assert set(routes) == {"custom", "builtin"}
     own = {c.output: c for c in result.checks}
     for route, got in routes.items():
@@ -55,8 +56,7 @@ def test_both_routes_match_tensorflow(exported):
         for output, r in ref.items():
             excess = rule_excess(got[output], r, 1e-4, 1e-4)
             assert excess <= 1, f"{route} {output}: {excess:.3g}x the float32 bound"
-            # the exporter judges against the fused TF model, this test against the unfused one
-            # (the fusion is part of what is checked): their numbers differ by rounding
+            # the exporter's verifier and this test both judge against the unfused model
             check = own[f"{output} [{route}]"]
             assert check.passed and 0 < check.max_abs_error < np.inf, check
 
@@ -110,6 +110,7 @@ def test_files_and_atc_check(exported, capsys):
                                             (dict(parser="old"), r"--parser old")])
 def test_bad_options(tmp_path, kwargs, message):
     from bridge.converters import export_ge
+    from bridge.parity import verify
     with pytest.raises(OptionError, match=message):
-        export_ge.export(_source("yolov3"), str(tmp_path / "x"), **kwargs)
+        verify.export(export_ge, _source("yolov3"), str(tmp_path / "x"), **kwargs)
     assert not os.path.exists(tmp_path / "x")

@@ -60,7 +60,7 @@ def test_text_classifier_tflite_and_ge_take_it_too(tmp_path, capsys, text_classi
     path, model = text_classifier
     rc, out, err = run_cli(capsys, "export", path, "--to", "tflite", "-o", str(tmp_path / "t.tflite"))
     assert rc == 0, err[-2000:]
-    from bridge.converters.export_tflite import run_tflite
+    from bridge.parity.runtimes.tflite import run_tflite
     data = (tmp_path / "t.tflite").read_bytes()
     for shape in [(1, 5), (2, 31)]:  # -1 in the file: the signature runner resizes
         ids = rng.integers(0, 41, size=shape).astype(np.int32)
@@ -154,18 +154,13 @@ def _planted_wrong(outputs):
 
 @pytest.mark.parametrize("to", ["onnx", "tflite", "ge"])
 def test_a_file_that_fails_its_verification_is_not_written(tmp_path, capsys, monkeypatch, text_classifier, to):
-    from bridge.converters import export_ge, export_onnx, export_tflite
+    from bridge.parity.onnx_base import OnnxRuntime
+    from bridge.parity.runtimes.tflite import TFLite
     path, _ = text_classifier
-    if to == "onnx":
-        real = export_onnx.run_onnx
-        monkeypatch.setattr(export_onnx, "run_onnx", lambda *a, **k: _planted_wrong(real(*a, **k)))
-    elif to == "tflite":
-        real_t = export_tflite.run_tflite
-        monkeypatch.setattr(export_tflite, "run_tflite", lambda *a, **k: _planted_wrong(real_t(*a, **k)))
-    else:
-        real_g = export_ge.run_routes
-        monkeypatch.setattr(export_ge, "run_routes",
-                            lambda *a, **k: {r: _planted_wrong(o) for r, o in real_g(*a, **k).items()})
+    # the verifier's parity rows (ort for onnx, both GE routes for ge, tflite) compute the wrong thing
+    row = TFLite if to == "tflite" else OnnxRuntime
+    real = row.run
+    monkeypatch.setattr(row, "run", lambda self, *a, **k: _planted_wrong(real(self, *a, **k)))
     dst = tmp_path / f"out-{to}"
     if to != "ge":
         dst.write_bytes(b"an earlier good export")

@@ -17,6 +17,7 @@ import tensorflow as tf
 from bridge import modelsource, onnx_plugins, ops, tf_ops
 from bridge.cli import main
 from bridge.converters import export_onnx
+from bridge.parity import verify
 from bridge.parity.compare import Tolerance, compare, default_tolerance
 
 TINY = ["yolov3-tiny", "--input-shape", "1,96,96,3", "--config", "width=0.25", "--seed", "3"]
@@ -203,7 +204,7 @@ def test_user_savedmodel(tmp_path, capsys, saved_model, mode):
 def test_external_data(tmp_path, saved_model):
     path, module = saved_model
     source = modelsource.resolve(path)
-    result = export_onnx.export(source, str(tmp_path / "big.onnx"), external_data=True)
+    result = verify.export(export_onnx, source, str(tmp_path / "big.onnx"), external_data=True)
     assert result.ok and result.files == [str(tmp_path / "big.onnx"), str(tmp_path / "big.onnx.data")]
     assert os.path.getsize(tmp_path / "big.onnx.data") > 0
     model = onnx.load(str(tmp_path / "big.onnx"), load_external_data=False)

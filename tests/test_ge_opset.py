@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from bridge import modelsource
 from bridge.converters import export_ge, export_onnx
+from bridge.parity import verify
 from bridge.exporting import ExportError, quiet
 
 INDICES = np.array([[4, 0, 2, 2], [1, 3, 0, 4]], np.int32)   # (batch 2, 4 picks) into 5 rows
@@ -77,7 +78,7 @@ def test_at_lowest_opset_stops_where_no_allowed_opset_will_do():
 
 def test_export_to_ge_picks_opset_12_and_a_given_opset_names_it(tmp_path):
     src = modelsource.from_object(_batch_gather_model(), input_shapes={"x": (2, 5, 3)})
-    result = export_ge.export(src, str(tmp_path / "ge"), progress=quiet())
+    result = verify.export(export_ge, src, str(tmp_path / "ge"), progress=quiet())
     assert result.ok, result.summary
     assert any(line.startswith("opset 12: at opset 11") for line in result.summary), result.summary
     assert result.details["opset"] == 12
@@ -85,7 +86,7 @@ def test_export_to_ge_picks_opset_12_and_a_given_opset_names_it(tmp_path):
     written = onnx.load(str(tmp_path / "ge" / "model.onnx"))
     assert {o.domain: o.version for o in written.opset_import}[""] == 12
     with pytest.raises(ExportError, match=r"at opset 11: export with --opset 12 or higher"):
-        export_ge.export(src, str(tmp_path / "ge11"), opset=11, progress=quiet())
+        verify.export(export_ge, src, str(tmp_path / "ge11"), opset=11, progress=quiet())
     assert not (tmp_path / "ge11").exists()  # nothing half-written
 
 

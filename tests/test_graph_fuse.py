@@ -147,11 +147,12 @@ def test_export_and_parity_of_a_savedmodel_use_the_fused_graph(detector):
     as saved"), and parity's tf-fused row runs the fused graph."""
     from bridge import modelsource
     from bridge.converters import export_onnx
+    from bridge.parity import verify
     model, folder = detector
     src = modelsource.resolve(str(folder))
     import tempfile
     with tempfile.TemporaryDirectory() as tmp:
-        result = export_onnx.export(src, os.path.join(tmp, "m.onnx"))
+        result = verify.export(export_onnx, src, os.path.join(tmp, "m.onnx"))
     assert result.details["custom_nodes"] == {"com.bridge::FusedLayerNorm": 1, "com.bridge::YoloConvBnLeaky": 2}
     assert all(c.passed for c in result.checks)
     from bridge.parity.source import ModelSource
@@ -224,7 +225,7 @@ out["worst_fused"] = worst
 from bridge import modelsource
 from bridge.converters import export_tflite
 src = modelsource.resolve(sys.argv[3], input_shapes=["tokens:2,5,32"])
-res = export_tflite.export(src, os.path.join(tmp, "m.tflite"))
+res = verify.export(export_tflite, src, os.path.join(tmp, "m.tflite"))
 out["custom_ops"] = res.details["custom_ops"]
 from ai_edge_litert.interpreter import Interpreter
 loaded = tf.saved_model.load(sys.argv[3])

@@ -15,6 +15,7 @@ keras = pytest.importorskip("keras")
 
 from bridge import modelsource  # noqa: E402
 from bridge.converters import export_onnx  # noqa: E402
+from bridge.parity import verify  # noqa: E402
 from bridge.parity.compare import compare, default_tolerance  # noqa: E402
 
 
@@ -183,7 +184,7 @@ def test_two_input_savedmodel_with_the_fused_ops(tmp_path, rng):
     src = modelsource.resolve(str(tmp_path / "sm"))
     assert [i.name for i in src.inputs] == ["seq", "x"]
     path = str(tmp_path / "sm.onnx")
-    result = export_onnx.export(src, path, mode="custom", progress=quiet())
+    result = verify.export(export_onnx, src, path, mode="custom", progress=quiet())
     assert result.ok and sorted(c.output for c in result.checks) == ["boxes", "classes", "norm", "objectness"]
     assert result.details["custom_nodes"] == {"com.bridge::FusedLayerNorm": 1, "com.bridge::YoloConvBnLeaky": 1,
                                               "com.bridge::YoloDecode": 1}
@@ -211,7 +212,7 @@ def test_custom_gradient_activations_through_tflite(tmp_path, activation, rng):
     y = keras.layers.Activation(activation)(keras.layers.Conv2D(4, 3)(norm(x)))
     model = keras.Model(x, {"a": keras.layers.Conv2D(2, 1)(y), "b": y})
     src = modelsource.from_object(model, input_shapes={"x": (2, 5, 5, 3)})
-    result = export_tflite.export(src, str(tmp_path / "n.tflite"), mode="lowered", progress=quiet())
+    result = verify.export(export_tflite, src, str(tmp_path / "n.tflite"), mode="lowered", progress=quiet())
     assert result.ok and sorted(c.output for c in result.checks) == ["a", "b"], result.checks
 
 

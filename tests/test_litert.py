@@ -22,6 +22,7 @@ tf = pytest.importorskip("tensorflow")
 
 from bridge import native, ops, tf_ops  # noqa: E402
 from bridge.converters import export_tflite as ex  # noqa: E402
+from bridge.parity.runtimes.tflite import run_tflite  # noqa: E402
 from bridge.litert import runtime  # noqa: E402
 from bridge.litert.one_op import flexbuffer, one_op_model  # noqa: E402
 from bridge.tflite_inspect import inspect_tflite  # noqa: E402
@@ -267,7 +268,7 @@ def test_litert_without_a_symbol_is_a_clear_build_error_and_lowered_still_runs(t
     data = ex.convert(lambda x: tf_ops.fused_layer_norm(x, gamma, beta, epsilon=1e-5), [_spec("x", [None, 6])],
                       ["y"], mode="lowered")
     x = _rand(rng, (3, 6))
-    close("FusedLayerNorm", ex.run_tflite(data, {"x": x})["y"],
+    close("FusedLayerNorm", run_tflite(data, {"x": x})["y"],
           ops.get("FusedLayerNorm").reference(x, gamma, beta, epsilon=1e-5))
 
 

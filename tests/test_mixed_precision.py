@@ -13,7 +13,7 @@ import pytest
 keras = pytest.importorskip("keras")
 from keras import layers  # noqa: E402
 
-from bridge.parity import precision  # noqa: E402
+from bridge import precision  # noqa: E402
 from bridge.parity import run_parity  # noqa: E402
 from bridge.parity.compare import DEFAULTS  # noqa: E402
 
@@ -103,11 +103,12 @@ def test_mixed_parity_on_onnx_runtimes_and_a_planted_gamma_fails(mixed_file, tmp
 def test_mixed_exports_verify_at_float16_bounds(mixed_file, tmp_path):
     from bridge import modelsource
     from bridge.converters import export_onnx, export_tflite
+    from bridge.parity import verify
     src = modelsource.resolve(mixed_file)
-    res = export_onnx.export(src, str(tmp_path / "m.onnx"))
+    res = verify.export(export_onnx, src, str(tmp_path / "m.onnx"))
     assert res.checks and all(c.passed for c in res.checks), res.checks
     assert "float16 bounds" in res.checks[0].note
-    res = export_tflite.export(src, str(tmp_path / "m.tflite"))
+    res = verify.export(export_tflite, src, str(tmp_path / "m.tflite"))
     assert all(c.passed for c in res.checks), res.checks
     assert any("rebuilt in float32" in line for line in res.summary), res.summary
 

@@ -205,7 +205,7 @@ def test_a_copy_that_is_not_the_model_gives_no_float64_verdict(tmp_path):
 
 # -- the export's own check (bridge export) uses the same float64 rule -------------
 def _export_checks(cancelling, got, float64):
-    from bridge.converters.shared_steps import compare_outputs
+    from bridge.parity.verify import compare_outputs
     return compare_outputs({"diff": got.astype(np.float32)}, {"diff": cancelling["tf32"].astype(np.float32)},
                            float64=float64)
 
@@ -238,7 +238,7 @@ def test_export_check_decides_by_float64_and_fails_planted_bugs(cancelling, bug)
 
 def test_export_check_asks_float64_only_for_failures_and_says_when_there_is_none(cancelling):
     from types import SimpleNamespace
-    from bridge.converters.shared_steps import float64_reference
+    from bridge.parity.verify import float64_reference
     from bridge.parity.float64 import NoFloat64
     tf32 = cancelling["tf32"]
     calls = []
@@ -262,17 +262,17 @@ def test_bridge_export_judges_an_ill_conditioned_output_by_float64(cancelling, t
     by 4x TF's error, it FAILs and exits 1."""
     import json
     from bridge.cli import main
-    from bridge.converters import export_onnx
+    from bridge.parity.runtimes.ort import Ort
     import keras
     model = keras.models.load_model(cancelling["path"])
     w1, w2 = [np.asarray(w, np.float64) for w in model.get_weights()]
     for planted, rc_want, status in [(lambda f64, tf: 2 * f64 - tf, 0, "pass"),
                                      (lambda f64, tf: f64 + 4 * (f64 - tf), 1, "FAIL")]:
-        def run_onnx(path, feeds, mode, planted=planted):
+        def run_onnx(self, feeds, planted=planted):  # the verifier's `ort` row
             x = feeds["x"]
             return {"diff": planted(x.astype(np.float64) @ w1 @ w2, np.asarray(model(x), np.float64))
                     .astype(np.float32)}
-        monkeypatch.setattr(export_onnx, "run_onnx", run_onnx)
+        monkeypatch.setattr(Ort, "run", run_onnx)
         rc = main(["export", cancelling["path"], "--to", "onnx", "-o", str(tmp_path / "c.onnx"), "--json"])
         out = json.loads(capsys.readouterr().out)
         (check,) = out["checks"]

@@ -140,8 +140,9 @@ def test_tagger_parity_on_onnx_runtimes(tagger_file):
 def test_tagger_exports_to_tflite_at_static_shapes(tagger_file, tmp_path):
     from bridge import modelsource
     from bridge.converters import export_tflite
+    from bridge.parity import verify
     from bridge.tflite_inspect import inspect_tflite
-    res = export_tflite.export(modelsource.resolve(tagger_file), str(tmp_path / "t.tflite"))
+    res = verify.export(export_tflite, modelsource.resolve(tagger_file), str(tmp_path / "t.tflite"))
     assert res.checks and all(c.passed for c in res.checks), res.checks
     assert any("static shapes (seq 1x7x6)" in line for line in res.summary), res.summary
     ops = inspect_tflite(open(res.output, "rb").read()).ops

@@ -15,6 +15,8 @@ import tensorflow as tf
 from bridge import modelsource, ops, tf_ops
 from bridge.cli import main
 from bridge.converters import export_tflite as ex
+from bridge.parity import verify
+from bridge.parity.runtimes.tflite import run_tflite
 from bridge.converters.fuse_layers import FusedConvBnLeaky, FusedLayerNormalization, FusedYoloDecode
 from bridge.exporting import OptionError
 from bridge.tflite_inspect import inspect_tflite
@@ -54,7 +56,7 @@ def test_fused_layer_norm_lowered(rng, close):
     assert not info.custom and "MEAN" in info.ops and "RSQRT" in info.ops, dict(info.ops)
     for shape in [(2, 5, h), (1, 1, h), (3, 4, h), (0, 3, h)]:
         x = _rand(rng, shape) * 3 + 1
-        got = ex.run_tflite(data, {"x": x})["y"]
+        got = run_tflite(data, {"x": x})["y"]
         close("FusedLayerNorm", got, spec.reference(x, gamma, beta, epsilon=1e-5), what=str(shape))
 
 
@@ -77,7 +79,7 @@ def test_yolo_conv_bn_leaky_lowered(rng, close, attrs):
         x = _rand(rng, shape)
         # An empty batch through PAD (EXPLICIT) fails in the XNNPack delegate ("BytesRequired
         # number of elements overflowed"), a runtime bug; TFLite's builtin kernels take it.
-        got = ex.run_tflite(data, {"x": x}, delegates=shape[0] > 0)["y"]
+        got = run_tflite(data, {"x": x}, delegates=shape[0] > 0)["y"]
         close("YoloConvBnLeaky", got, spec.reference(x, *params, **attrs), what=str(shape))
 
 
@@ -90,7 +92,7 @@ def test_yolo_decode_lowered(rng, close):
     assert not info.custom and {"LOGISTIC", "EXP"} <= set(info.ops), dict(info.ops)
     for shape in [(2, 3, 5, 16), (1, 1, 1, 16), (0, 2, 2, 16)]:
         raw = _rand(rng, shape)
-        got = ex.run_tflite(data, {"raw": raw})
+        got = run_tflite(data, {"raw": raw})
         for name, ref in zip(names, spec.reference(raw, **attrs)):
             close("YoloDecode", got[name], ref, what=f"{name} {shape}")
 
@@ -109,7 +111,7 @@ def test_every_op_lowered_passes_its_case_table(spec, example, close):
                             [o.name for o in spec.outputs])
     assert not info.custom, dict(info.ops)
     # XNNPack refuses some empty batches (see test_yolo_conv_bn_leaky_lowered): TFLite's own kernels there
-    got = ex.run_tflite(data, {name: first}, delegates=not is_empty(example))
+    got = run_tflite(data, {name: first}, delegates=not is_empty(example))
     for out, ref in zip(spec.outputs, outputs(spec.reference(first, *rest, **example.attrs))):
         close(spec.name, got[out.name], ref, what=f"{example.id} {out.name}")
 
@@ -141,7 +143,7 @@ def _recheck(result, source, bound):
     exporter's own `checks[].passed`."""
     feeds = source.sample_inputs(seed=0)
     with open(result.output, "rb") as f:
-        got = ex.run_tflite(f.read(), feeds)
+        got = run_tflite(f.read(), feeds)
     ref = unfused_outputs(source, feeds)
     assert sorted(got) == sorted(ref)
     for name in ref:
@@ -176,7 +178,7 @@ def _canonical(op, attrs):
 @pytest.mark.parametrize("name", ["yolo", "bert"])
 def test_model_lowered_builtins_only_and_matches_tf(request, tmp_path, name):
     source = request.getfixturevalue(name)
-    result = ex.export(source, str(tmp_path / f"{name}.tflite"), mode="lowered")
+    result = verify.export(ex, source, str(tmp_path / f"{name}.tflite"), mode="lowered")
     info = inspect_tflite(result.output)
     assert not info.custom and info.ops, dict(info.ops)
     if name == "yolo":
@@ -191,7 +193,7 @@ def test_model_lowered_builtins_only_and_matches_tf(request, tmp_path, name):
 @pytest.mark.parametrize("name", ["yolo", "bert"])
 def test_model_custom_keeps_exactly_the_fused_ops(request, tmp_path, name):
     source = request.getfixturevalue(name)
-    result = ex.export(source, str(tmp_path / f"{name}.tflite"), mode="custom")
+    result = verify.export(ex, source, str(tmp_path / f"{name}.tflite"), mode="custom")
     info = inspect_tflite(result.output)
     expected = _expected_custom(source)
     assert expected, "the fusion found nothing to fuse"
@@ -210,8 +212,8 @@ def test_model_custom_keeps_exactly_the_fused_ops(request, tmp_path, name):
 
 @pytest.mark.parametrize("quantize", ["float16", "dynamic"])
 def test_quantized_export_within_stated_bound(bert, tmp_path, quantize):
-    plain = ex.export(bert, str(tmp_path / "plain.tflite"))
-    quant = ex.export(bert, str(tmp_path / f"{quantize}.tflite"), quantize=quantize)
+    plain = verify.export(ex, bert, str(tmp_path / "plain.tflite"))
+    quant = verify.export(ex, bert, str(tmp_path / f"{quantize}.tflite"), quantize=quantize)
     weights = inspect_tflite(quant.output).weights
     assert ("float16" if quantize == "float16" else "int8") in weights, weights
     assert quant.details["size"] < plain.details["size"]
@@ -226,7 +228,7 @@ def test_quantized_export_within_stated_bound(bert, tmp_path, quantize):
 def test_quantised_bound_is_per_element(quantize):
     """The exporter's check and the parity runtime hold a 2.4 px box to 2.4 px
     times the bound, not to the 600 px box beside it (ops.md's rule)."""
-    from bridge.converters.shared_steps import compare_outputs
+    from bridge.parity.verify import compare_outputs
     from bridge.parity import compare as cmp
     from bridge.parity.runtimes import discover
     bound = ex.QUANTIZE_BOUND[quantize]
@@ -293,14 +295,14 @@ def test_fused_op_in_savedmodel_lowers_to_its_composite_or_stays_custom(tmp_path
     path = _saved_model(tmp_path / "sm", lambda x: tf_ops.fused_layer_norm(x, g, b))
     source = modelsource.resolve(path)
     out_file = tmp_path / "x.tflite"
-    ex.export(source, str(out_file), mode="lowered", fuse=False)
+    verify.export(ex, source, str(out_file), mode="lowered", fuse=False)
     info = inspect_tflite(str(out_file))
     assert not info.custom and info.builtin_ops, dict(info.ops)
     x = np.random.default_rng(3).standard_normal((3, 4)).astype("float32") * 2 + 0.5
-    got = next(iter(ex.run_tflite(out_file.read_bytes(), {"x": x}).values()))
+    got = next(iter(run_tflite(out_file.read_bytes(), {"x": x}).values()))
     spec = ops.get("FusedLayerNorm")
     assert spec.tolerance["float32"].excess(got, spec.reference(x, g, b, epsilon=1e-6)) <= 1
-    result = ex.export(source, str(tmp_path / "c.tflite"), mode="custom", fuse=False)
+    result = verify.export(ex, source, str(tmp_path / "c.tflite"), mode="custom", fuse=False)
     assert set(result.details["custom_ops"]) == {"FusedLayerNorm"}
 
 
@@ -349,7 +351,7 @@ def test_bad_options(tmp_path, capsys, yolo):
     with pytest.raises(OptionError, match="--mode flex"):
         ex.check_options("flex", "none")
     with pytest.raises(OptionError, match="--opset"):
-        ex.export(yolo, str(tmp_path / "x.tflite"), opset=13)
+        verify.export(ex, yolo, str(tmp_path / "x.tflite"), opset=13)
     assert main(["export", "yolov3-tiny", "--to", "tflite", "--mode", "flex", "-o", str(tmp_path / "x")]) == 2
     assert "--mode flex" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())

@@ -27,6 +27,7 @@ import onnx  # noqa: E402
 
 from bridge import modelsource, onnx_plugins, ops  # noqa: E402
 from bridge.converters import export_onnx, fuse, fuse_report  # noqa: E402
+from bridge.parity import verify  # noqa: E402
 from bridge.exporting import ExportError, OptionError, quiet  # noqa: E402
 from bridge.parity.compare import Tolerance, compare  # noqa: E402
 
@@ -122,7 +123,7 @@ def check_graph(seed: int, tmp_path) -> dict:
         src = modelsource.from_object(model, input_shapes={"x": shape})
         _, report = fuse(model)
         path = str(tmp_path / f"g{seed}.onnx")
-        export_onnx.export(src, path, mode="custom", progress=quiet())  # its own check against TF runs too
+        verify.export(export_onnx, src, path, mode="custom", progress=quiet())  # its own check against TF runs too
     except CLEAR as e:
         message = str(e)
         assert message and "Traceback" not in message, message

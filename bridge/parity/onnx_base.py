@@ -56,6 +56,16 @@ class OnnxRuntime(Runtime):
             self._run = self.executor(self._plain())
         # per layer, the one session is made with the layer outputs marked (run_with_intermediates)
 
+    def attach(self, source, model, path=None) -> None:
+        """This row on a given ONNX model (`path`: its file, external data beside
+        it), not the source's export: how `bridge export` verifies what it
+        wrote (bridge.parity.verify). `source` needs only `output_names`."""
+        Runtime.prepare(self, source)
+        self.model = model
+        self._map = None
+        given = model if self.kernels is not None else model.SerializeToString()  # plain onnxruntime: bytes
+        self._run = self.executor(path if path is not None else given)
+
     def _plain(self):
         return self.source.onnx_path(self.model_key, self.model) if self.model_key else self.model
 

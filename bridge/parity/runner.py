@@ -396,7 +396,7 @@ def _compare_outputs(outputs, reference, atol, rtol, res: RuntimeResult, own=Non
                      truth: Optional[truth_mod.Truth] = None,
                      precision: Optional[Mapping[str, Tuple[str, str]]] = None) -> Dict[str, cmp.Comparison]:
     """`precision`: {output: (dtype, why)}: outputs computed below float32 (a
-    mixed_float16 model; bridge.parity.precision) get that dtype's bounds, and say so."""
+    mixed_float16 model; bridge.precision) get that dtype's bounds, and say so."""
     out = {}
     for name, ref in reference.items():
         computed, why = (precision or {}).get(name, (ref.dtype, ""))

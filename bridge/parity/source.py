@@ -110,11 +110,11 @@ class ModelSource:
 
     def output_precision(self) -> Dict[str, Tuple[str, str]]:
         """{output: (dtype whose bounds judge it, why)} for the outputs of a Keras
-        model computed below float32 (bridge.parity.precision); {} otherwise."""
+        model computed below float32 (bridge.precision); {} otherwise."""
         def build():
             if self.kind != "keras":
                 return {}
-            from bridge.parity import precision
+            from bridge import precision
             model = self.keras_model()
             return {k: (d, precision.note(d, model))
                     for k, d in precision.output_precision(model, self.output_names).items()}

@@ -48,6 +48,11 @@ class GE(OnnxRuntime):
             self.description += f"; {FLOAT32_NOTE}"
         return model
 
+    def attach(self, source, model, path=None) -> None:
+        """This row on a written GE-bound model (either parser; bridge.parity.verify)."""
+        from bridge.ascend import legacy_to_runnable
+        super().attach(source, legacy_to_runnable(model))
+
     def output_layout(self, source):
         renamed = export_names(source.onnx_ge())
         own = [renamed.get(o.name, o.name) for o in source.onnx_ge().graph.output]

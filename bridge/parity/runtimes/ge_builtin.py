@@ -29,5 +29,10 @@ class GEBuiltin(OnnxRuntime):
             self.description = f"{GEBuiltin.description}; {FLOAT32_NOTE}"
         return model
 
+    def attach(self, source, model, path=None) -> None:
+        """This row on the expansion of a written GE-bound model (bridge.parity.verify)."""
+        from bridge.ascend import expand_builtin
+        super().attach(source, expand_builtin(model))
+
 
 RUNTIME = GEBuiltin

@@ -29,6 +29,23 @@ def interpreter_class():
         raise Unavailable("no TFLite interpreter: pip install ai-edge-litert") from None
 
 
+def run_tflite(data: bytes, feeds: Mapping[str, np.ndarray], delegates: bool = True) -> Dict[str, np.ndarray]:
+    """One run of a TFLite file through its signature (inputs resized to the
+    feeds' shapes); {output name: array}. `delegates=False`: TFLite's own builtin
+    kernels, without the default XNNPack delegate."""
+    cls, origin = interpreter_class()
+    kwargs = {}
+    if not delegates:
+        if origin == "ai_edge_litert":
+            from ai_edge_litert.interpreter import OpResolverType
+        else:
+            import tensorflow as tf
+            OpResolverType = tf.lite.experimental.OpResolverType
+        kwargs["experimental_op_resolver_type"] = OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
+    runner = cls(model_content=data, **kwargs).get_signature_runner()
+    return {k: np.asarray(v) for k, v in runner(**{k: np.ascontiguousarray(v) for k, v in feeds.items()}).items()}
+
+
 def exported(source, mode: str = "lowered", quantize: str = "none", static: bool = False) -> bytes:
     """The run's TFLite file for (mode, quantize), converted once. The trace and
     the freezing (half of a conversion) are shared by every quantisation.
@@ -119,6 +136,16 @@ class TFLite(Runtime):
             self.description = f"{self.description}; {FLOAT32_NOTE}"
         if source.kind == "savedmodel":
             self.description = f"{self.description}; {SAVEDMODEL_LOWERED}"
+        self._load(cls, data)
+
+    def attach(self, source, data: bytes, path=None) -> None:
+        """This row on a given TFLite file, not the source's export: how
+        `bridge export` verifies what it wrote (bridge.parity.verify)."""
+        Runtime.prepare(self, source)
+        cls, self.origin = interpreter_class()
+        self._load(cls, data)
+
+    def _load(self, cls, data: bytes) -> None:
         self.interpreter = cls(model_content=data)
         signatures = self.interpreter.get_signature_list()
         if not signatures:

@@ -42,6 +42,15 @@ class TFLiteCustom(Runtime):
         if unserved:  # e.g. a team's op: LiteRT would refuse the model at prepare
             from bridge.litert.team_libraries import FLAG
             raise Unavailable(f"bridge's LiteRT kernels have no {', '.join(unserved)} (a team's op: {FLAG} DIR)")
+        self._load(data)
+
+    def attach(self, source, data: bytes, path=None) -> None:
+        """This row on a given custom-mode TFLite file (bridge.parity.verify)."""
+        Runtime.prepare(self, source)
+        self._load(data)
+
+    def _load(self, data: bytes) -> None:
+        from bridge.litert import runtime
         try:
             self.model = runtime.Model(data, custom=True)
         except runtime.LiteRTError as e:

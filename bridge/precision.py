@@ -13,10 +13,17 @@ is never scaled by the output's values.
 Keras models only (a SavedModel's or an ONNX model's precision is its graph's
 own dtypes, which the output dtype already states). Imports no TensorFlow: the
 model given is already loaded.
+
+Also the rebuild of a Keras model at another precision (keras_float64: parity's
+float64 twin, bridge.parity.float64; keras_float32: what the float32-only roads
+export, bridge.converters.road_limits): here, below both, so that an exporter
+needs nothing of parity.
 """
 from __future__ import annotations
 
 from typing import Dict, Iterable, List, Sequence
+
+import numpy as np
 
 LOWER = ("float16", "bfloat16")   # compute dtypes below float32, lowest first
 
@@ -100,3 +107,81 @@ def _upstream_layers(tensor) -> Iterable[object]:
         nodes = getattr(op, "_inbound_nodes", None) or []
         if node_index < len(nodes):
             stack.extend(getattr(nodes[node_index], "input_tensors", None) or [])
+
+
+# -- rebuilding at another precision ------------------------------------------------
+class NoFloat64(Exception):
+    """The model has no float64 twin here; the message says why."""
+
+
+# The float dtypes and dtype policies a layer's config may name, all made float64:
+# a mixed_float16 model's layers compute in float16 and keep float32 variables;
+# its float64 twin computes every layer in float64 (the same weights, widened)
+FLOAT_POLICIES = ("float32", "float16", "bfloat16", "mixed_float16", "mixed_bfloat16")
+
+
+def _is_float_policy(v) -> bool:
+    if isinstance(v, str):
+        return v in FLOAT_POLICIES
+    return (isinstance(v, dict) and v.get("class_name") in ("DTypePolicy", "FloatDTypePolicy")
+            and isinstance(v.get("config"), dict) and v["config"].get("name") in FLOAT_POLICIES)
+
+
+def _float64_config(obj, to: str = "float64"):
+    """A Keras config with every float dtype (policy: float32, float16,
+    bfloat16, mixed_float16, mixed_bfloat16) made `to`."""
+    if isinstance(obj, dict):
+        out = {}
+        for k, v in obj.items():
+            if k == "dtype" and _is_float_policy(v):
+                out[k] = to
+            else:
+                out[k] = _float64_config(v, to)
+        return out
+    if isinstance(obj, list):
+        return [_float64_config(v, to) for v in obj]
+    return obj
+
+
+def _rebuilt(model, config, dtype: str):
+    """`model.__class__` from `config` with the model's weights (floats as `dtype`)."""
+    try:
+        twin = model.__class__.from_config(config)
+    except Exception as e:  # noqa: BLE001 - a model that does not rebuild from its config
+        raise NoFloat64(f"the model does not rebuild from its config in {dtype} ({type(e).__name__}: "
+                        f"{str(e).splitlines()[0][:120] if str(e) else ''})") from None
+    weights = model.get_weights()
+    theirs = twin.get_weights()
+    if len(weights) != len(theirs) or any(np.shape(a) != np.shape(b) for a, b in zip(weights, theirs)):
+        raise NoFloat64(f"its {dtype} copy has other weights than the model")
+    twin.set_weights([np.asarray(w, dtype) if np.asarray(w).dtype.kind == "f" else w for w in weights])
+    return twin
+
+
+def keras_float64(model, dtype="float64"):
+    """The same model computing in float64, its weights copied; NoFloat64 when
+    the copy would not be the same model in float64. `dtype="float32"` rebuilds
+    the copy the same way at float32 (to check it is the model)."""
+    try:
+        config = model.get_config()
+    except Exception as e:  # noqa: BLE001 - a model without a config
+        raise NoFloat64(f"the model does not rebuild from its config in float64 ({type(e).__name__}: "
+                        f"{str(e).splitlines()[0][:120] if str(e) else ''})") from None
+    twin = _rebuilt(model, _float64_config(config) if dtype == "float64" else config, dtype)
+    if dtype != "float64":
+        return twin
+    import keras
+    lower = [layer.name for layer in twin._flatten_layers(include_self=False, recursive=True)
+             if not isinstance(layer, keras.Model)  # a nested model's own policy is not what its layers run
+             and getattr(layer, "compute_dtype", "float64") not in ("float64", None)
+             and any(np.dtype(w.dtype).kind == "f" for w in layer.weights)]
+    if lower:
+        raise NoFloat64(f"layer {lower[0]!r} does not compute in float64")
+    return twin
+
+
+def keras_float32(model):
+    """The model with every layer computing in float32 (a mixed_float16 model's
+    float16 layers too), its weights copied: for a road with no float16 kernels
+    (TFLite). NoFloat64 (the message says why) when it does not rebuild."""
+    return _rebuilt(model, _float64_config(model.get_config(), "float32"), "float32")
