@@ -204,7 +204,7 @@ def _ort_call(sess, feeds_in_order):
 
 
 def max_error(got, ref) -> float:
-    """Largest |got - ref| / max(1, |ref|) (ops.md's measure: YOLOv3's boxes
+    """Largest |got - ref| / max(1, |ref|) (docs/ops.md's measure: YOLOv3's boxes
     reach thousands of pixels) over outputs matched by position; NaN -> inf."""
     worst = 0.0
     for g, r in zip(got, ref):

@@ -5,7 +5,7 @@ road: on the GPU when PyTorch or CuPy sees one, else on the CPU emulator
 Each check takes one row of the op's case table (bridge/ops/<op>.py examples():
 odd sizes, empty, large H, large means, SAME with an odd pad), runs one kernel
 road at one dtype, and measures the largest error as a fraction of the
-allowed one (ops.md's bound for the op and dtype, or a bound the op's check
+allowed one (docs/ops.md's bound for the op and dtype, or a bound the op's check
 derives from it). A kernel failure is a row too, never an exception. The roads
 are the ops' own: CHECKS in each op's companion (tf_ops/cuda_harness/<op>.py).
 """

@@ -2,7 +2,7 @@
 
 They hold the original, unfolded weights (the Conv2D kernel and bias, the
 BatchNorm gamma/beta/moving statistics, the LayerNorm gamma/beta) and pass them to
-the op, which folds per call (ops.md). Attributes are the op's own (TF form, from
+the op, which folds per call (docs/ops.md). Attributes are the op's own (TF form, from
 the op spec), validated at construction. `FusedOp` stands for any other spec'd
 op (a pattern a spec declares, bridge.ops.fusion). All are registered as Keras
 serializable (package "bridge"): a `.keras` file of a fused model loads after

@@ -26,7 +26,7 @@ import tensorflow as tf
 from . import weights as _w
 
 DEFAULT_SIZE = 416
-# stride -> anchor (w, h) triples, in input pixels (ops.md)
+# stride -> anchor (w, h) triples, in input pixels (docs/ops.md)
 YOLOV3_ANCHORS = {
     32: ((116, 90), (156, 198), (373, 326)),
     16: ((30, 61), (62, 45), (59, 119)),

@@ -21,7 +21,7 @@ def rng():
 
 
 def assert_close(op: str, got, ref, dtype="float32", scale: float = 1.0, what: str = ""):
-    """Asserts ops.md's tolerance for `op` at `dtype` (times `scale`): element by
+    """Asserts docs/ops.md's tolerance for `op` at `dtype` (times `scale`): element by
     element |got - ref| <= atol * max(1, |ref|). A NaN or Inf on either side fails
     unless both sides hold the same one at that place (bridge.ops.nonfinite)."""
     spec = specs.get(op)
@@ -49,7 +49,7 @@ def close():
 
 
 def rule_excess(got, ref, atol: float, rtol: float = 0.0) -> float:
-    """ops.md's rule written out here, independent of bridge.parity.compare (which
+    """docs/ops.md's rule written out here, independent of bridge.parity.compare (which
     an exporter's own checks use): max over elements of |got - ref| /
     max(atol * max(1, |ref|), rtol * |ref|); inf for a NaN or Inf anywhere (the
     whole models of these tests have none)."""

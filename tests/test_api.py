@@ -14,7 +14,7 @@ import pytest
 import bridge
 from conftest import rule_excess
 
-# YoloConvBnLeaky's float32 bound (ops.md), which the chain here stays within
+# YoloConvBnLeaky's float32 bound (docs/ops.md), which the chain here stays within
 ATOL = 1e-4
 TINY = {"input_size": 64, "width": 0.25}
 
@@ -142,7 +142,7 @@ def test_builtin_export_and_parity_agree_with_tensorflow(tmp_path):
     ref = dict(zip(model.output_names, model(x, training=False)))
     got = _ort(result.output, {result.proto.graph.input[0].name: x})
     assert sorted(got) == sorted(ref)
-    for name in ref:  # eleven fused blocks chained: the bound grows with depth (ops.md), 10x covers it
+    for name in ref:  # eleven fused blocks chained: the bound grows with depth (docs/ops.md), 10x covers it
         assert rule_excess(got[name], np.asarray(ref[name]), 10 * ATOL) <= 1, name
 
     report = bridge.parity("yolov3-tiny", runtimes="ort-functions", config=TINY)

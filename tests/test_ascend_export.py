@@ -42,7 +42,7 @@ def exported(request, tmp_path_factory):
 def test_both_routes_match_tensorflow(exported):
     """Recomputed here, not read from the exporter's checks: the written
     model.onnx on both routes, fed the written inputs, against the unfused Keras
-    model called eagerly, under ops.md's rule (float32 parity default, per
+    model called eagerly, under docs/ops.md's rule (float32 parity default, per
     element)."""
     from bridge.parity.verify import ge_routes
     _, _, _, out, result, source = exported

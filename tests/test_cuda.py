@@ -40,7 +40,7 @@ GPU, GPU_WHY = cuda.gpu_status()
 FLN = specs.get("FusedLayerNorm")
 CONV = specs.get("YoloConvBnLeaky")
 DECODE = specs.get("YoloDecode")
-ANCHORS_13 = [116, 90, 156, 198, 373, 326]  # ops.md, the stride-32 head
+ANCHORS_13 = [116, 90, 156, 198, 373, 326]  # docs/ops.md, the stride-32 head
 CONV_HARNESS = cuda.companion("YoloConvBnLeaky").module  # conv_geometry, conv_inputs
 conv_inputs = CONV_HARNESS.conv_inputs
 
@@ -365,7 +365,7 @@ def test_yolo_conv_bn_leaky(k, dev, rng, make, attrs, dtype, epilogue):
 
 def assert_tf32_close(y, arrays, attrs, what):
     """TF32 keeps 10 mantissa bits of each operand, so its products may differ from
-    the exact ones by up to tf32_error_bound (2^-9 * sum |x| |w'|) on top of ops.md's
+    the exact ones by up to tf32_error_bound (2^-9 * sum |x| |w'|) on top of docs/ops.md's
     float32 bound: a bound no TF32 product can exceed and a wrong kernel cannot meet."""
     from bridge.ops.yolo_conv_bn_leaky import tf32_error_bound
     ref = CONV.reference(*arrays, **attrs)
@@ -406,7 +406,7 @@ def test_yolo_conv_bn_leaky_tf32(k, dev, rng):
 # several tiles along pixels and channels and several K slices (1x12x13x40 -> 70).
 @pytest.mark.parametrize("make,attrs,dtype", _conv_rows(large=False, roads=[((1, 12, 13, 40), (3, 3, 40, 70), {})]))
 def test_yolo_conv_bn_leaky_tensor_cores(k, dev, rng, make, attrs, dtype):
-    """The implicit GEMM on tensor cores: float16 within ops.md's bound; float32
+    """The implicit GEMM on tensor cores: float16 within docs/ops.md's bound; float32
     runs it in TF32 (the road needs TF32 allowed), so within TF32's bound."""
     arrays = make(rng, dtype)
     if k.emulated:

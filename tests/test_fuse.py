@@ -22,7 +22,7 @@ NORM = ops.get("FusedLayerNorm")
 
 
 def assert_model_close(op, got, ref, what=""):
-    """ops.md's float32 tolerance of `op`, element by element (conftest.assert_close)."""
+    """docs/ops.md's float32 tolerance of `op`, element by element (conftest.assert_close)."""
     assert_close(op, got, np.asarray(ref, np.float64), what=what)
 
 
@@ -107,7 +107,7 @@ def test_yolov3_layer_by_layer(yolov3_pair):
 def test_yolov3_block_against_reference(block, yolov3_pair):
     """One fused block on the unfused model's input to that block, against the
     numpy float64 reference computed from the original Conv/BN/LeakyReLU weights
-    (ops.md's element-wise tolerance, unscaled)."""
+    (docs/ops.md's element-wise tolerance, unscaled)."""
     m, f, report = yolov3_pair
     b = next(b for b in report.blocks if b.replaces[-1] == f"leaky_{block}")
     first = m.get_layer(b.replaces[0])

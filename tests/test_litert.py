@@ -85,7 +85,7 @@ def test_fused_layer_norm_custom(lib, rng, close, epsilon):
                    [_spec("x", [None, None, h])], ["y"], "FusedLayerNorm")
     shapes = [(2, 5, h), (1, 1, h), (3, 33, h), (0, 3, h)]
     xs = [_rand(rng, s) * 3 + 1 for s in shapes]
-    xs[2] = xs[2] + np.float32(3e4)  # a large mean next to the spread (ops.md)
+    xs[2] = xs[2] + np.float32(3e4)  # a large mean next to the spread (docs/ops.md)
     for x, got in zip(xs, _run_shapes(lib, data, [{"x": x} for x in xs])):
         if got is not None:
             close("FusedLayerNorm", got["y"], spec.reference(x, gamma, beta, epsilon=epsilon), what=str(x.shape))

@@ -144,7 +144,7 @@ def test_bert_sample_inputs(small_bert):
 
 
 def test_yolo_decode_head_against_reference(rng):
-    """The user-side decode layer computes ops.md's YoloDecode (numpy float64 judge)."""
+    """The user-side decode layer computes docs/ops.md's YoloDecode (numpy float64 judge)."""
     from bridge import ops
     spec = ops.get("YoloDecode")
     for shape, anchors, classes, stride, sxy in [((2, 3, 5, 2 * 8), [10, 13, 16, 30], 3, 8, 1.0),

@@ -14,7 +14,7 @@ from bridge.parity.inputs import InputError, TensorInfo
 
 
 def _allowed(ref, atol=1e-4, rtol=1e-4):
-    """ops.md's rule written out: the error element i may have."""
+    """docs/ops.md's rule written out: the error element i may have."""
     absref = np.abs(np.asarray(ref, np.float64))
     return np.maximum(atol * np.maximum(1.0, absref), rtol * absref)
 
@@ -37,7 +37,7 @@ def test_numbers_against_numpy(rng, shape):
 
 
 def test_each_element_is_held_to_its_own_magnitude():
-    """ops.md: |got - ref| <= atol * max(1, |ref[i]|) per element, never scaled by
+    """docs/ops.md: |got - ref| <= atol * max(1, |ref[i]|) per element, never scaled by
     the largest value: a 2.4 px box next to a 611 px one may be off by 2.4e-4, not 0.0611."""
     ref = np.array([611.0, 2.4, 0.5, 0.0, -3.0], np.float32)
     tol = cmp.Tolerance(1e-4, 1e-4)

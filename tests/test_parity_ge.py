@@ -45,7 +45,7 @@ def yolo_report(yolo):
 
 def _assert_all_pass_with_numbers(recorded, min_layers):
     """The verdict recomputed here: each runtime's arrays against the unfused
-    Keras model called eagerly on the same inputs, under ops.md's rule at the
+    Keras model called eagerly on the same inputs, under docs/ops.md's rule at the
     float32 default (per element); the report's numbers must agree with it."""
     report, seen, ref = recorded
     data = report.to_json()

@@ -1,4 +1,4 @@
-"""Every bad input ops.md lists raises a clear error naming the op, the argument and
+"""Every bad input docs/ops.md lists raises a clear error naming the op, the argument and
 the shapes (or values): eagerly tf.errors.InvalidArgumentError from the kernel (bad
 shapes) or ValueError from the wrapper (bad attributes, dtypes), and ValueError
 while tracing. The nastiest inputs go straight to the kernels in a subprocess,

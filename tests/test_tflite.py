@@ -138,7 +138,7 @@ def bert():
 
 def _recheck(result, source, bound):
     """The written file, run here on the exporter's inputs (seed 0), against the
-    unfused Keras model called eagerly, under ops.md's rule with atol = rtol =
+    unfused Keras model called eagerly, under docs/ops.md's rule with atol = rtol =
     `bound` per element, computed here: {output: max abs error}. Never the
     exporter's own `checks[].passed`."""
     feeds = source.sample_inputs(seed=0)
@@ -227,7 +227,7 @@ def test_quantized_export_within_stated_bound(bert, tmp_path, quantize):
 @pytest.mark.parametrize("quantize", ["float16", "dynamic"])
 def test_quantised_bound_is_per_element(quantize):
     """The exporter's check and the parity runtime hold a 2.4 px box to 2.4 px
-    times the bound, not to the 600 px box beside it (ops.md's rule)."""
+    times the bound, not to the 600 px box beside it (docs/ops.md's rule)."""
     from bridge.parity.verify import compare_outputs
     from bridge.parity import compare as cmp
     from bridge.parity.runtimes import discover

@@ -11,7 +11,7 @@ USES_TENSORFLOW = False  # a GPU box may have PyTorch and no TensorFlow
 
 DESCRIPTION = (HELP + ". Every op, every kernel road (FusedLayerNorm forward/backward; YoloConvBnLeaky "
                "im2col + cuBLASLt and tensor cores; YoloDecode), float32/TF32/float16, on random inputs of "
-               "several shapes; each error as a fraction of ops.md's bound. Builds the kernels first "
+               "several shapes; each error as a fraction of docs/ops.md's bound. Builds the kernels first "
                "(nvcc for the GPU; the CUDA headers and a C++ compiler for the emulator).")
 
 

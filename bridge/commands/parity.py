@@ -17,7 +17,7 @@ reference: `tf` (the original, unfused TensorFlow model) for TensorFlow models,
 `onnx-reference` (onnx's ReferenceEvaluator with bridge's float64 reference
 ops) for an .onnx MODEL. A runtime that cannot run here says why in the table.
 
-Comparison, element by element (ops.md): element i passes when
+Comparison, element by element (docs/ops.md): element i passes when
   |got[i] - ref[i]| <= max(atol * max(1, |ref[i]|), rtol * |ref[i]|)
 (each element is held to its own magnitude, never to the largest value of the
 output). Defaults: float32 atol 1e-4 rtol 1e-4; float16 1e-2/1e-2; integer

@@ -1,6 +1,6 @@
 """One output of one runtime against the reference: the numbers and the verdict.
 
-The rule (ops.md, also in `bridge parity --help`), element by element: element i
+The rule (docs/ops.md, also in `bridge parity --help`), element by element: element i
 passes when
 
     |got[i] - ref[i]| <= max(atol * max(1, |ref[i]|), rtol * |ref[i]|)

@@ -9,7 +9,7 @@ this model amplifies on each output and each layer (its `Floor`).
 The rule, per output and per layer: element i passes when its error against
 float64 is within
 
-    max(the bound (ops.md's rule), FACTOR * min(E, R * max(1, |f64[i]|)))
+    max(the bound (docs/ops.md's rule), FACTOR * min(E, R * max(1, |f64[i]|)))
 
 where E is TF float32's largest error on that tensor, max |tf32 - f64|, and R
 the largest as a fraction of each element's magnitude, max |tf32 - f64| /
