@@ -7,9 +7,10 @@
     ReferenceEvaluator(model, new_ops=onnx_plugins.reference_ops())
     sess = onnx_plugins.session(model, kernels="fastest")    # onnxruntime + native kernels
 
-Each op lives in two files here: `<op>.py` (function body and reference kernel;
-its schema and shape inference are generated from the spec) and
-`native/<op>.cc` (its onnxruntime CPU kernel). A team's op brings its kernel in
+Each op has `<op>.py` here (function body and reference kernel; its schema and
+shape inference are generated from the spec); its onnxruntime CPU kernel is its
+kernel core (bridge/ops/<op>/kernel.h) through native/host.cc, or a
+`native/<op>.cc` of its own (the convolution). A team's op brings its kernel in
 its own library (`--ort-library`, team_libraries.py).
 """
 from __future__ import annotations

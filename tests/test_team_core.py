@@ -17,6 +17,7 @@ import pytest
 from bridge import native, ops
 from test_team_ops import EXAMPLE, SPEC_FILE, _gelu
 from test_team_ops import _spec_in_a_scratch_registry as _scratch_spec
+from test_team_ort_library import _session  # a lone com.example::FusedBiasGelu node
 
 CORE = EXAMPLE / "fused_bias_gelu"
 # x shapes: odd, size 1, rank 1..4, and empty ones (LiteRT's CompiledModel takes no empty tensor)
@@ -58,27 +59,12 @@ def test_a_core_without_its_spec_is_refused_naming_the_fix():
         native.core_build(CORE, "ort")
 
 
-def _ort_session(lib, dtype):
-    import onnxruntime as ort
-    from onnx import helper
-    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
-    node = helper.make_node("FusedBiasGelu", ["x", "bias"], ["y"], domain="com.example")
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", elem, None),
-                                            helper.make_tensor_value_info("bias", elem, None)],
-                              [helper.make_tensor_value_info("y", elem, None)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)],
-                              ir_version=8)
-    so = ort.SessionOptions()
-    so.register_custom_ops_library(str(lib))
-    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-
-
 def test_onnxruntime(spec):
     from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
     lib = _library(spec, "ort")
     rng = np.random.default_rng(0)
     for dtype in spec.dtypes:
-        sess = _ort_session(lib, dtype)
+        sess = _session(lib, dtype)
         for shape in SHAPES + EMPTY:
             x, bias = _inputs(rng, shape, dtype)
             (y,) = sess.run(None, {"x": x, "bias": bias})
@@ -86,7 +72,7 @@ def test_onnxruntime(spec):
             assert spec.tolerance[dtype].excess(y, _gelu(x.astype(np.float64) + bias)) <= 1, (shape, dtype)
     assert native.ort_library_build(CORE).library(quiet=True) == lib  # what --ort-library DIR builds
     with pytest.raises(InvalidArgument, match=BAD_BIAS):
-        _ort_session(lib, "float32").run(None, {"x": np.ones((3, 5), np.float32), "bias": np.ones(4, np.float32)})
+        _session(lib, "float32").run(None, {"x": np.ones((3, 5), np.float32), "bias": np.ones(4, np.float32)})
 
 
 # TensorFlow in a child process: the team's --op-library (test_team_ops) registers

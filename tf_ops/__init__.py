@@ -11,9 +11,10 @@ TensorFlow version, compiler and CPU; `bridge build` does it ahead of time), and
 registers the gradients. A SavedModel that uses the ops reloads only after this
 import ("Op type not registered" otherwise).
 
-Each op lives in two files here: `<op>.cc` (registration, shape function, CPU
-kernel) and `<op>_op.py` (wrapper, gradient); its composite comes from its spec's
-body (from_body.py), as a team op's does.
+An op's registration, shape function and CPU kernel come from its kernel core
+(bridge/ops/<op>/kernel.h) through host.cc, or from an `<op>.cc` of its own (the
+convolution); `<op>_op.py` holds its wrapper and gradient; its composite comes
+from its spec's body (from_body.py), as a team op's does.
 """
 from __future__ import annotations
 

@@ -25,13 +25,10 @@
 #include <utility>
 #include <vector>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "kernels/abi.h"
 #include "kernels/fast_math.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/shape_inference.h"
@@ -68,66 +65,21 @@ std::string Dims(const std::vector<V>& values) {
   return absl::StrCat("[", absl::StrJoin(values, ", "), "]");
 }
 
-// -- half <-> float ----------------------------------------------------------
+// -- half <-> float, streaming stores, prefetch: the op ABI's (bridge/kernels/abi.h)
 
-inline void ToFloats(const float* src, float* dst, int64_t n) {
-  if (src != dst) std::memcpy(dst, src, sizeof(float) * n);
-}
+using abi::FromFloats;
+using abi::Prefetch;
+using abi::StreamFence;
+using abi::StreamFloats;
+using abi::ToFloats;
 
+// Eigen::half is float16's bits: the ABI's uint16_t conversions serve it.
 inline void ToFloats(const Eigen::half* src, float* dst, int64_t n) {
-  int64_t i = 0;
-#if defined(__F16C__)
-  // Eigen converts one value per call; F16C does eight per instruction.
-  for (; i + 8 <= n; i += 8) {
-    __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
-    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
-  }
-#endif
-  for (; i < n; ++i) dst[i] = static_cast<float>(src[i]);
-}
-
-inline void FromFloats(const float* src, float* dst, int64_t n) {
-  if (src != dst) std::memcpy(dst, src, sizeof(float) * n);
+  abi::ToFloats(reinterpret_cast<const uint16_t*>(src), dst, n);
 }
 
 inline void FromFloats(const float* src, Eigen::half* dst, int64_t n) {
-  int64_t i = 0;
-#if defined(__F16C__)
-  for (; i + 8 <= n; i += 8) {
-    __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), h);
-  }
-#endif
-  for (; i < n; ++i) dst[i] = static_cast<Eigen::half>(src[i]);
-}
-
-// -- streaming stores --------------------------------------------------------
-
-// For outputs far larger than the cache: non-temporal stores skip the read that
-// an ordinary store of a cache line costs, a third of the traffic of y = f(x).
-// Call StreamFence() before the thread's work is done (they are weakly ordered).
-inline void StreamFloats(const float* src, float* dst, int64_t n) {
-  int64_t i = 0;
-#if defined(__AVX__)
-  for (; i < n && (reinterpret_cast<uintptr_t>(dst + i) & 31); ++i) dst[i] = src[i];
-  for (; i + 8 <= n; i += 8) _mm256_stream_ps(dst + i, _mm256_loadu_ps(src + i));
-#endif
-  for (; i < n; ++i) dst[i] = src[i];
-}
-
-// Row-by-row kernels stall on each new row's first cache misses; asking for the
-// next row while working on this one hides that (1.6x at [32,512,1024]).
-inline void Prefetch(const void* p, int64_t bytes) {
-#if defined(__x86_64__)
-  const char* c = static_cast<const char*>(p);
-  for (int64_t i = 0; i < bytes; i += 64) _mm_prefetch(c + i, _MM_HINT_T0);
-#endif
-}
-
-inline void StreamFence() {
-#if defined(__x86_64__)
-  _mm_sfence();
-#endif
+  abi::FromFloats(src, reinterpret_cast<uint16_t*>(dst), n);
 }
 
 // -- threads -----------------------------------------------------------------

@@ -1,7 +1,8 @@
 // FusedLayerNorm's TensorFlow GPU kernels (built with `bridge build --cuda`): the
 // forward and backward kernels of cuda/fused_layer_norm.cuh on the op's stream.
 // The ops (FusedLayerNorm, FusedLayerNormGrad), their shape functions and CPU
-// kernels are in fused_layer_norm.cc; fused_layer_norm_op.py wires the gradient.
+// kernels: the core bridge/ops/fused_layer_norm/kernel.h through host.cc, and
+// fused_layer_norm_grad.cc; fused_layer_norm_op.py wires the gradient.
 #if GOOGLE_CUDA
 
 #include "cuda/fused_layer_norm.cuh"

@@ -1,6 +1,6 @@
 """FusedLayerNorm in TensorFlow: the public wrapper and the gradient.
 
-`op` runs the C++ kernel (fused_layer_norm.cc); its composite (standard TF ops, what
+`op` runs the C++ kernel (the core bridge/ops/fused_layer_norm/kernel.h, hosted by host.cc); its composite (standard TF ops, what
 TFLite builtins get when the model is lowered) is the spec's body on TfBody
 (tf_ops/from_body.py); the gradient is registered on import: its first order is
 the fused FusedLayerNormGrad op, higher orders differentiate the composite gradient.

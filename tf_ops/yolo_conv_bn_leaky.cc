@@ -2,11 +2,11 @@
 // in, then LeakyReLU (contract: shared/ops.md; Python spec:
 // bridge/ops/yolo_conv_bn_leaky.py).
 //
-// The fold is applied where it costs nothing: conv(x, filter * s) equals
+// The fold (bridge/kernels/batchnorm_fold.h, shared with the onnxruntime and
+// LiteRT kernels) is applied where it costs nothing: conv(x, filter * s) equals
 // conv(x, filter) * s per output channel, so the filter is never rewritten; the
-// scale s = gamma / sqrt(var + eps) and the shift b' = (conv_bias - mean) * s + beta
-// (conv bias and BN mean combined once) are applied in the output pass together
-// with the LeakyReLU, while the tile is still in cache.
+// scale s and the shift b' are applied in the output pass together with the
+// LeakyReLU, while the tile is still in cache.
 //
 // Two convolution roads, chosen when the kernel is constructed from the
 // environment variable BRIDGE_CONV_IMPL:
@@ -50,6 +50,7 @@
 #include <vector>
 
 #include "common.h"
+#include "kernels/batchnorm_fold.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/shape_inference.h"
@@ -558,21 +559,23 @@ class YoloConvBnLeakyOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({g.n, g.oh, g.ow, g.cout}), &out));
     if (out->NumElements() == 0) return;
 
-    // The fold, in double: s = gamma / sqrt(var + eps), b' = (conv_bias - mean) * s + beta.
+    // The fold (bridge/kernels/batchnorm_fold.h): s and b', applied to the output.
     Tensor fold_t;
-    OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_FLOAT, TensorShape({2, g.cout}), &fold_t));
+    OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_FLOAT, TensorShape({7, g.cout}), &fold_t));
     float* s = fold_t.flat<float>().data();
     float* b = s + g.cout;
     {
-      const T* p[5];
-      for (int i = 0; i < 5; ++i) p[i] = ctx->input(2 + i).flat<T>().data();
-      for (int64_t o = 0; o < g.cout; ++o) {
-        double scale = static_cast<double>(static_cast<float>(p[1][o])) /
-                       std::sqrt(static_cast<double>(static_cast<float>(p[4][o])) + attrs_.epsilon);
-        s[o] = static_cast<float>(scale);
-        b[o] = static_cast<float>((static_cast<double>(static_cast<float>(p[0][o])) -
-                                   static_cast<float>(p[3][o])) * scale + static_cast<float>(p[2][o]));
+      const float* p[5];
+      for (int i = 0; i < 5; ++i) {
+        if constexpr (std::is_same_v<T, float>) {
+          p[i] = ctx->input(2 + i).flat<float>().data();
+        } else {  // widened into the rows after s and b'
+          float* wide = s + (2 + i) * g.cout;
+          ToFloats(ctx->input(2 + i).flat<T>().data(), wide, g.cout);
+          p[i] = wide;
+        }
       }
+      FoldBatchNorm(p, g.cout, attrs_.epsilon, s, b);
     }
     const T* x = ctx->input(0).flat<T>().data();
     T* y = out->flat<T>().data();

@@ -1,7 +1,8 @@
 // YoloDecode's TensorFlow GPU kernel (built with `bridge build --cuda`): the
 // kernel of cuda/yolo_decode.cuh on the op's stream. The op, its shape function
-// and CPU kernel are in yolo_decode.cc. The CUDA kernel takes at most
-// bridge_cuda::yolo_decode::kMaxAnchors anchors (YOLO heads use 3).
+// and CPU kernel: the core bridge/ops/yolo_decode/kernel.h through host.cc. The
+// CUDA kernel takes at most bridge_cuda::yolo_decode::kMaxAnchors anchors (YOLO
+// heads use 3).
 #if GOOGLE_CUDA
 
 #include <limits>

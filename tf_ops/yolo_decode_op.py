@@ -1,6 +1,6 @@
 """YoloDecode in TensorFlow: the public wrapper and the gradient.
 
-`op` runs the C++ kernel (yolo_decode.cc); its composite is the spec's body on
+`op` runs the C++ kernel (the core bridge/ops/yolo_decode/kernel.h, hosted by host.cc); its composite is the spec's body on
 TfBody (tf_ops/from_body.py), the grid built from the input's shape so a dynamic
 batch works; the gradient is registered on import.
 """

@@ -17,6 +17,7 @@
 #ifndef BRIDGE_KERNELS_ABI_H_
 #define BRIDGE_KERNELS_ABI_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -122,6 +123,16 @@ struct Out {
 // is a rough cycle count the host uses to decide how finely to split.
 using Range = std::function<void(int64_t, int64_t)>;
 using ParallelFor = std::function<void(int64_t count, int64_t cost_per_item, const Range& fn)>;
+
+// How a host with a plain task pool splits [0, count): `per` items a task, about
+// `task_cost` cycles each (~64 KB of float rows at FusedLayerNorm's cost by default).
+struct Split {
+  int64_t per, tasks;
+};
+inline Split SplitWork(int64_t count, int64_t cost_per_item, int64_t task_cost = 6 * 16384) {
+  const int64_t per = std::max<int64_t>(1, task_cost / std::max<int64_t>(cost_per_item, 1));
+  return {per, count <= 0 ? 0 : (count + per - 1) / per};
+}
 
 // -- float16 storage (uint16_t bits) <-> float ---------------------------------
 inline float HalfToFloat(uint16_t h) {

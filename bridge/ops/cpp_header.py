@@ -162,8 +162,10 @@ def render_cores(cores: Iterable[Tuple[OpSpec, str]]) -> str:
     ])
 
 
-def render_all(cores: Sequence[Tuple[OpSpec, str]]) -> dict:
-    """{relative file name: text} of every header a build needs."""
-    files = {header_name(spec): render(spec) for spec, _ in cores}
+def render_all(cores: Sequence[Tuple[OpSpec, str]], others: Sequence[OpSpec] = ()) -> dict:
+    """{relative file name: text} of every header a build needs: each core's
+    spec, the `others` (ops with adapters of their own read their names and
+    attributes from it too) and cores.h."""
+    files = {header_name(spec): render(spec) for spec in [*others, *(s for s, _ in cores)]}
     files["spec/cores.h"] = render_cores(cores)
     return files

@@ -96,6 +96,15 @@ struct OpDef {
 };
 
 int register_op(const OpDef* def);
+
+// The com.bridge node's attributes of a spec (its rendered header, spec/<op>.h).
+template <typename Spec>
+std::vector<AttrDef> attr_defs() {
+  std::vector<AttrDef> v;
+  for (int i = 0; i < Spec::kNumOnnxAttrs; ++i)
+    v.push_back({Spec::kOnnxAttrs[i].name, Spec::kOnnxAttrs[i].type, Spec::kOnnxAttrs[i].def});
+  return v;
+}
 void check_same_type(const char* op, const std::vector<View>& views, const OpDef& def);
 
 // -- half precision: storage is uint16_t, arithmetic in float ----------------

@@ -24,18 +24,12 @@ struct Reader {
   void Get(const char* name, std::vector<int64_t>* v, bool) const { *v = a.ints(name); }
 };
 
-// Work per task: ~64 KB of float rows at FusedLayerNorm's cost, enough to
-// amortise scheduling, small enough to balance.
-constexpr int64_t kTaskCost = 6 * 16384;
-
 abi::ParallelFor Pool(const Ctx& ctx) {
   return [&ctx](int64_t count, int64_t cost, const abi::Range& fn) {
-    if (count <= 0) return;
-    const int64_t per = std::max<int64_t>(1, kTaskCost / std::max<int64_t>(cost, 1));
-    const int64_t tasks = (count + per - 1) / per;
-    ctx.parallel_for(static_cast<size_t>(tasks), [&](size_t t) {
-      const int64_t b = static_cast<int64_t>(t) * per;
-      fn(b, std::min(count, b + per));
+    const abi::Split split = abi::SplitWork(count, cost);
+    ctx.parallel_for(static_cast<size_t>(split.tasks), [&](size_t t) {
+      const int64_t b = static_cast<int64_t>(t) * split.per;
+      fn(b, std::min(count, b + split.per));
     });
   };
 }
@@ -92,8 +86,7 @@ const OpDef& DefOf() {
     OpDef d{Spec::kName, {}, {}, {}, Create<Core>, Spec::kDomain};
     d.inputs.assign(Spec::kInputs, Spec::kInputs + Spec::kNumInputs);
     d.outputs.assign(Spec::kOutputs, Spec::kOutputs + Spec::kNumOutputs);
-    for (int i = 0; i < Spec::kNumOnnxAttrs; ++i)
-      d.attrs.push_back({Spec::kOnnxAttrs[i].name, Spec::kOnnxAttrs[i].type, Spec::kOnnxAttrs[i].def});
+    d.attrs = attr_defs<Spec>();
     return d;
   }();
   return def;

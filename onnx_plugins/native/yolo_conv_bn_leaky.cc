@@ -32,6 +32,8 @@
 #include <tuple>
 
 #include "bridge_ort.h"
+#include "kernels/batchnorm_fold.h"
+#include "spec/yolo_conv_bn_leaky.h"
 
 #if BRIDGE_HAVE_DNNL
 #include "kernels/conv_core.h"
@@ -41,7 +43,7 @@
 namespace bridge {
 namespace {
 
-const char* kOp = "YoloConvBnLeaky";
+const char* kOp = spec::YoloConvBnLeaky::kName;
 const char* kParams[] = {"conv_bias", "bn_gamma", "bn_beta", "bn_mean", "bn_variance"};
 
 typedef float v16 __attribute__((vector_size(64)));
@@ -67,17 +69,13 @@ struct Packed {
   Buffer w, bias;  // w: [panels][k][NR]; bias: [panels*NR]
 };
 
-// BatchNorm folded into the weights: s = gamma/sqrt(var+eps), W' = W*s,
-// b' = (conv_bias - mean)*s + beta (the conv bias and the mean combined once).
-// The fold on its own: w [k, cout] (HWIO flattened) and bias [cout].
+// BatchNorm folded into the weights by the one fold (bridge/kernels/batchnorm_fold.h):
+// W' = W*s, and the bias b'. The fold on its own: w [k, cout] (HWIO flattened) and bias [cout].
 void fold(const float* filt, const float* const* p, int64_t k, int64_t cout, float eps, std::vector<float>* w,
           std::vector<float>* bias) {
   std::vector<float> s(cout);
   bias->assign(cout, 0.f);
-  for (int64_t o = 0; o < cout; ++o) {
-    s[o] = p[1][o] / std::sqrt(p[4][o] + eps);
-    (*bias)[o] = (p[0][o] - p[3][o]) * s[o] + p[2][o];
-  }
+  FoldBatchNorm(p, cout, eps, s.data(), bias->data());
   w->resize(k * cout);
   for (int64_t kk = 0; kk < k; ++kk)
     for (int64_t o = 0; o < cout; ++o) (*w)[kk * cout + o] = filt[kk * cout + o] * s[o];
@@ -544,15 +542,9 @@ struct YoloConvBnLeaky : Kernel {
 
 Kernel* create(const Attrs& a, const OrtKernelInfo* info) { return new YoloConvBnLeaky(a, info); }
 
-const OpDef kDef{kOp,
-                 {"x", "filter", "conv_bias", "bn_gamma", "bn_beta", "bn_mean", "bn_variance"},
-                 {"y"},
-                 {{"strides", "list(int)", "1,1"},
-                  {"pads", "list(int)", "0,0,0,0"},
-                  {"dilations", "list(int)", "1,1"},
-                  {"epsilon", "float", "1e-05"},
-                  {"alpha", "float", "0.1"}},
-                 create};
+using Spec = spec::YoloConvBnLeaky;  // names and attributes: the spec's rendered header
+const OpDef kDef{kOp, {Spec::kInputs, Spec::kInputs + Spec::kNumInputs},
+                 {Spec::kOutputs, Spec::kOutputs + Spec::kNumOutputs}, attr_defs<Spec>(), create};
 const int kRegistered = register_op(&kDef);
 
 }  // namespace

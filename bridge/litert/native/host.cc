@@ -30,15 +30,10 @@ struct Reader {
   void Get(const char* name, std::vector<int64_t>* v, bool d) const { *v = a.ints(name, fallback(v, d)); }
 };
 
-// Work per task, as the onnxruntime host splits it (~64 KB of float rows).
-constexpr int64_t kTaskCost = 6 * 16384;
-
 void ParallelFor(int64_t count, int64_t cost, const abi::Range& fn) {
-  if (count <= 0) return;
-  const int64_t per = std::max<int64_t>(1, kTaskCost / std::max<int64_t>(cost, 1));
-  const int64_t tasks = (count + per - 1) / per;
-#pragma omp parallel for schedule(static) if (tasks > 1)
-  for (int64_t t = 0; t < tasks; ++t) fn(t * per, std::min(count, (t + 1) * per));
+  const abi::Split split = abi::SplitWork(count, cost);
+#pragma omp parallel for schedule(static) if (split.tasks > 1)
+  for (int64_t t = 0; t < split.tasks; ++t) fn(t * split.per, std::min(count, (t + 1) * split.per));
 }
 
 template <typename Core>

@@ -11,6 +11,8 @@
 #include <tuple>
 
 #include "common.h"
+#include "kernels/batchnorm_fold.h"
+#include "spec/yolo_conv_bn_leaky.h"
 #if BRIDGE_HAVE_DNNL
 #include "kernels/conv_core.h"
 #include "oneapi/dnnl/dnnl.hpp"
@@ -42,14 +44,13 @@ struct YoloConvBnLeaky : Node {
   float epsilon, alpha;
 
   explicit YoloConvBnLeaky(const Attrs& a) {
-    const std::vector<int64_t> none, ones = {1, 1, 1, 1};
-    const float eps = 1e-5f, slope = 0.1f;
+    const spec::YoloConvBnLeaky::Attrs d;  // the spec's defaults (its rendered header)
     strides = a.ints("strides");
     padding = a.s("padding");
-    explicit_paddings = a.ints("explicit_paddings", &none);
-    dilations = a.ints("dilations", &ones);
-    epsilon = a.f("epsilon", &eps);
-    alpha = a.f("alpha", &slope);
+    explicit_paddings = a.ints("explicit_paddings", &d.explicit_paddings);
+    dilations = a.ints("dilations", &d.dilations);
+    epsilon = a.f("epsilon", &d.epsilon);
+    alpha = a.f("alpha", &d.alpha);
     a.require_float32();
     check_nhwc4("strides", strides);
     check_nhwc4("dilations", dilations);
@@ -147,16 +148,13 @@ struct YoloConvBnLeaky : Node {
                              });
   }
 
-  // s = gamma / sqrt(var + eps); W' = W * s; b' = (conv_bias - mean) * s + beta (ops.md).
+  // The one fold (bridge/kernels/batchnorm_fold.h): W' = W * s, and the bias b'.
   std::unique_ptr<conv_core::FoldedConvPlan> plan(const Geometry& g) {
     const int64_t kf = g.kh * g.kw * g.cin * g.cout;
     const float* p[5];
     for (int k = 0; k < 5; ++k) p[k] = raw.data() + kf + k * g.cout;
     std::vector<float> w(kf), b(g.cout), s(g.cout);
-    for (int64_t o = 0; o < g.cout; ++o) {
-      s[o] = p[1][o] / std::sqrt(p[4][o] + epsilon);
-      b[o] = (p[0][o] - p[3][o]) * s[o] + p[2][o];
-    }
+    FoldBatchNorm(p, g.cout, epsilon, s.data(), b.data());
     for (int64_t i = 0; i < kf; ++i) w[i] = raw[i] * s[i % g.cout];
     const conv_core::ConvShape cs{g.n, g.h, g.w, g.cin, g.kh, g.kw, g.cout, g.oh, g.ow,
                                   g.sh, g.sw, g.dh, g.dw, g.pt, g.pl};
