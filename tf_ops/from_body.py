@@ -134,6 +134,27 @@ def _transpose(b, op_type, inputs, out, attrs):
     return b._put(out, "transpose", t, _compose(p, [int(i) for i in perm]))
 
 
+class _SamePads:
+    """The pads of TF's SAME where the input's H and W are unknown until run time."""
+
+
+SAME_PADS = _SamePads()
+
+
+def _node_attrs(spec, shapes, attrs):
+    """The com.bridge node's attributes the body reads. TF's padding='SAME' needs H and
+    W to become pads; where they are unknown the Conv keeps SAME itself (SAME_PADS)."""
+    from bridge.ops import OpError
+    try:
+        return spec.to_onnx_attrs(shapes, **attrs)
+    except OpError:
+        if attrs.get("padding") != "SAME" or "pads" not in {a.name for a in spec.onnx_attrs} or shapes[0] is None:
+            raise
+        x = shapes[0]
+        sized = (x[:1] + tuple(1 if d is None else d for d in x[1:-1]) + x[-1:],) + tuple(shapes[1:])
+        return dict(spec.to_onnx_attrs(sized, **attrs), pads=SAME_PADS)
+
+
 def _same_pads(size, k, stride, dilation):
     """TF's SAME pads (before, after) along one axis, or None for an unknown size."""
     if size is None or k is None:
@@ -153,20 +174,23 @@ def _conv(b, op_type, inputs, out, attrs):
     w = b.tensor(inputs[1], (2, 3, 1, 0))      # OIHW -> HWIO
     strides = [int(s) for s in attrs.get("strides", (1, 1))]
     dilations = [int(d) for d in attrs.get("dilations", (1, 1))]
-    pads = [int(p) for p in attrs.get("pads", (0, 0, 0, 0))]
+    dynamic_same = attrs.get("pads") is SAME_PADS
+    pads = [0, 0, 0, 0] if dynamic_same else [int(p) for p in attrs.get("pads", (0, 0, 0, 0))]
     dtype = x.dtype
     if dtype != tf.float32:                    # float16 accumulates in float32, as the kernels do
         x, w = tf.cast(x, tf.float32), tf.cast(w, tf.float32)
     xs, ws = x.shape.as_list() if x.shape.rank else [None] * 4, w.shape.as_list() if w.shape.rank else [None] * 4
     same = [_same_pads(xs[1 + i], ws[i], strides[i], dilations[i]) for i in (0, 1)]
-    if not any(pads):
+    if dynamic_same:
+        padding = "SAME"
+    elif not any(pads):
         padding = "VALID"
     elif same == [(pads[0], pads[2]), (pads[1], pads[3])]:
         padding = "SAME"
     else:
         x = tf.pad(x, [[0, 0], [pads[0], pads[2]], [pads[1], pads[3]], [0, 0]])
         padding = "VALID"
-    hw = [None if xs[1 + i] is None or ws[i] is None else
+    hw = [None if dynamic_same or xs[1 + i] is None or ws[i] is None else
           (xs[1 + i] + (pads[i] + pads[2 + i]) - (ws[i] - 1) * dilations[i] - 1) // strides[i] + 1 for i in (0, 1)]
     out_shape = [xs[0], *hw, ws[3]]
     if (None not in out_shape and 0 in out_shape) or 0 in (xs[3], ws[0], ws[1]):
@@ -275,8 +299,14 @@ def composite(spec):
     if why_not(spec):
         return None
 
-    def call(*inputs, name=None, **attrs):
-        attrs = spec.resolve(attrs)
+    def call(*args, name=None, **attrs):
+        # as the op's own wrapper: the inputs, then attributes by position in the spec's order
+        inputs, extra = args[:len(spec.inputs)], args[len(spec.inputs):]
+        if len(extra) > len(spec.attrs):
+            from bridge.ops import OpError
+            raise OpError(spec.name, "inputs", f"expected {len(spec.inputs)} inputs and at most {len(spec.attrs)} "
+                          f"attributes by position, got {len(args)} values")
+        attrs = spec.resolve({**{a.name: v for a, v in zip(spec.attrs, extra)}, **attrs})
         if len(inputs) != len(spec.inputs):
             from bridge.ops import OpError
             raise OpError(spec.name, "inputs", f"expected {len(spec.inputs)} inputs "
@@ -285,7 +315,7 @@ def composite(spec):
         dtype = spec.check_dtype(first.dtype.as_numpy_dtype if first.dtype != tf.bfloat16 else "bfloat16")
         tensors = [first] + [tf.convert_to_tensor(t, dtype_hint=first.dtype) for t in inputs[1:]]
         shapes = [None if t.shape.rank is None else tuple(t.shape.as_list()) for t in tensors]
-        onnx_attrs = spec.to_onnx_attrs(shapes, **attrs)
+        onnx_attrs = _node_attrs(spec, shapes, attrs)
         with tf.name_scope(name or f"{spec.name}Composite"):
             b = TfBody(spec, onnx_attrs, dtype)
             names = [a.name for a in spec.inputs]

@@ -1,7 +1,7 @@
 """An op's GE decomposition, derived from its one decomposition, its ONNX body.
 
 Every op (bridge's own and a team's) brings one decomposition into standard ONNX
-ops (`spec.body`, written against onnx_plugins' Body API). Running that body on
+ops (`spec.body`, written against the Body protocol, bridge/ops/body.py). Running that body on
 `GeBody` instead records the same graph as a `Decomposition`, from which the GE
 plugin's ParseOpToGraphFn and the ONNX expansion are rendered. `ONNX_TO_GE` is
 the one table of ONNX ops the Ascend road can take this way; an op outside it is

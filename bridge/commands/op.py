@@ -82,7 +82,7 @@ def _reference(x, bias, *, alpha):
 
 
 def _body(b, x, bias, *, outputs):
-    """The one decomposition into standard ONNX ops (onnx_plugins' Body API)."""
+    """The one decomposition into standard ONNX ops (the Body protocol, bridge/ops/body.py)."""
     (y,) = outputs
     b.op("Mul", b.op("Relu", b.op("Add", x, bias)), b.like(b.attr_const("alpha"), x), out=y)
 

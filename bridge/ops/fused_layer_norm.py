@@ -101,7 +101,7 @@ def _bad_inputs():
 
 
 def _body(b, x, gamma, beta, *, outputs):
-    """The decomposition into standard ONNX ops (onnx_plugins' Body API)."""
+    """The decomposition into standard ONNX ops (the Body protocol, bridge/ops/body.py)."""
     (y,) = outputs
     # In float32 (ops.md: float16 accumulates in float32), on the row shifted by
     # its float32 mean m0: x - m0 is exact where x is near m0, and normalising it

@@ -120,8 +120,8 @@ class OpSpec:
     domain: str = DOMAIN
     domain_version: int = DOMAIN_VERSION
     # The op's one decomposition into standard ONNX ops, body(b, *inputs, outputs) on
-    # an onnx_plugins Body: the function body, the lowered export, the GE expansion
-    # (bridge/ascend/from_body.py) and a team op's TF composite all come from it.
+    # the Body protocol (body.py): the ONNX function body, the lowered export, the GE
+    # expansion and the TF composite (every op's) all come from it.
     body: Optional[Callable[..., None]] = field(default=None, repr=False)
     # The op's case tables (cases.py): () -> [Example], () -> [BadInput].
     _examples: Optional[Callable[[], Sequence[Any]]] = field(default=None, repr=False)

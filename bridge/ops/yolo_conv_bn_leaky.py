@@ -274,7 +274,7 @@ def _bad_inputs():
 
 
 def _body(b, x, filt, conv_bias, bn_gamma, bn_beta, bn_mean, bn_variance, *, outputs):
-    """The decomposition into standard ONNX ops (onnx_plugins' Body API): BatchNorm
+    """The decomposition into standard ONNX ops (the Body protocol, bridge/ops/body.py): BatchNorm
     folded into the weights (constant folding removes it when the parameters are
     initializers), then an NCHW Conv and LeakyRelu between transposes."""
     (y,) = outputs

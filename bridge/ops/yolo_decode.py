@@ -110,7 +110,7 @@ def _bad_inputs():
 
 
 def _body(b, raw, *, outputs):
-    """The decomposition into standard ONNX ops (onnx_plugins' Body API). The grid
+    """The decomposition into standard ONNX ops (the Body protocol, bridge/ops/body.py). The grid
     and the reshape targets come from the input's Shape, so a dynamic batch or
     size works (and a GE plugin, which cannot know H and W at parse time)."""
     boxes, objectness, class_probs = outputs

@@ -30,7 +30,7 @@ def _reference(x, bias):
 
 
 def _body(b, x, bias, *, outputs):
-    """The decomposition: Add, Mul, Erf, Add, Mul, Mul (onnx_plugins' Body API)."""
+    """The decomposition: Add, Mul, Erf, Add, Mul, Mul (the Body protocol, bridge/ops/body.py)."""
     (y,) = outputs
     z = b.op("Add", x, bias)
     e = b.op("Erf", b.op("Mul", z, b.like(b.const(1.0 / math.sqrt(2.0), "float32"), x)))
