@@ -1,4 +1,4 @@
-"""The op contracts (ops.md) as data: one `OpSpec` per op, with its numpy float64
+"""The op contracts (docs/ops.md) as data: one `OpSpec` per op, with its numpy float64
 reference. Every other layer reads names, attributes, defaults and dtypes from here.
 
 bridge's own ops are the modules of this package that define `SPEC` (found, not

@@ -1,4 +1,4 @@
-"""FusedLayerNorm: layer normalization over the last axis (ops.md)."""
+"""FusedLayerNorm: layer normalization over the last axis (docs/ops.md)."""
 from __future__ import annotations
 
 import numpy as np
@@ -32,7 +32,7 @@ def _reference(x, gamma, beta, *, epsilon):
     return gamma * (x - mean) / np.sqrt(var + epsilon) + beta
 
 
-# The gradients' bounds, in multiples of ops.md's forward bound: dgamma and dbeta
+# The gradients' bounds, in multiples of docs/ops.md's forward bound: dgamma and dbeta
 # are sums over rows.
 BACKWARD_SCALE = {"float32": 10.0, "float16": 2.0}
 
@@ -103,7 +103,7 @@ def _bad_inputs():
 def _body(b, x, gamma, beta, *, outputs):
     """The decomposition into standard ONNX ops (the Body protocol, bridge/ops/body.py)."""
     (y,) = outputs
-    # In float32 (ops.md: float16 accumulates in float32), on the row shifted by
+    # In float32 (docs/ops.md: float16 accumulates in float32), on the row shifted by
     # its float32 mean m0: x - m0 is exact where x is near m0, and normalising it
     # removes what m0 missed. Unshifted, a mean of 3e4 costs ~1e-3 of y: the mean's
     # own float32 rounding (2^-10 at 3e4), in onnxruntime and onnx's evaluator alike.

@@ -1,4 +1,4 @@
-"""NaN and Inf in a comparison (ops.md): a non-finite value on either side fails,
+"""NaN and Inf in a comparison (docs/ops.md): a non-finite value on either side fails,
 unless both sides hold the same non-finite value at that place. Shared by the
 spec tolerances, the test helpers and `bridge parity`, so all three judge alike."""
 from __future__ import annotations

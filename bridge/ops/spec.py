@@ -62,7 +62,7 @@ class Arg:
 
 @dataclass(frozen=True)
 class Tolerance:
-    """How far a result may be from its reference, element by element (ops.md):
+    """How far a result may be from its reference, element by element (docs/ops.md):
     |got - ref| <= max(atol * max(1, |ref|), rtol * |ref|). An op's spec gives an
     atol per dtype; whole-model parity adds rtol (bridge.parity.compare)."""
 
@@ -158,7 +158,7 @@ class OpSpec:
     # -- the contract ------------------------------------------------------
     def infer_shapes(self, input_shapes: Sequence[Shape], **attrs) -> Tuple[Shape, ...]:
         """Output shapes from input shapes (None dims and None ranks allowed);
-        raises OpError on every mismatch ops.md lists."""
+        raises OpError on every mismatch docs/ops.md lists."""
         attrs = self.resolve(attrs)
         if len(input_shapes) != len(self.inputs):
             raise OpError(self.name, "inputs", f"expected {len(self.inputs)} inputs, got {len(input_shapes)}")

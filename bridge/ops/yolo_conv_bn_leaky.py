@@ -1,4 +1,4 @@
-"""YoloConvBnLeaky: conv2d with inference BatchNorm folded in, then LeakyReLU (ops.md).
+"""YoloConvBnLeaky: conv2d with inference BatchNorm folded in, then LeakyReLU (docs/ops.md).
 
 Layout NHWC, filter HWIO, padding exactly as tf.nn.conv2d.
 """
@@ -139,7 +139,7 @@ def tf32_error_bound(x, filt, conv_bias, bn_gamma, bn_beta, bn_mean, bn_variance
     """Per output element, the most a product in TF32 can differ from the exact one:
     TF32 keeps 10 mantissa bits of each operand (rounded or truncated: at most 2^-10
     relative each), so 2^-9 * sum_k |x_k| |w'_k|, w' the BN-folded filter. (Float32
-    accumulation comes on top: ops.md's float32 bound.) Arguments as the reference's,
+    accumulation comes on top: docs/ops.md's float32 bound.) Arguments as the reference's,
     attributes resolved."""
     x, filt = np.asarray(x, np.float64), np.asarray(filt, np.float64)
     pads, _ = resolve_pads(x.shape, filt.shape, strides, padding, explicit_paddings, dilations)

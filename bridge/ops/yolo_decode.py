@@ -1,4 +1,4 @@
-"""YoloDecode: YOLOv3 head decoding with static output shapes (ops.md)."""
+"""YoloDecode: YOLOv3 head decoding with static output shapes (docs/ops.md)."""
 from __future__ import annotations
 
 import numpy as np
