@@ -6,7 +6,7 @@ the unfused Keras model, side by side in one run.
 
 Both contenders go from the same Keras model in memory to a checked .onnx file:
   bridge   fuse -> trace -> tf2onnx with the com.bridge handlers -> functions ->
-           full checker -> atomic write (export_onnx.export; its verification
+           full checker -> atomic write (export_onnx.export with bridge.parity.verify; its verification
            run is timed apart as `bridge verify`: plain tf2onnx has none)
   tf2onnx  trace -> tf2onnx.convert.from_function (opset, dynamic batch) -> write
 Ratio = tf2onnx time / bridge time (> 1: bridge exports faster). Rounds alternate
@@ -49,9 +49,10 @@ def bridge_export(source, path, opset):
     verification stage, which is reported on its own."""
     from bridge.converters import export_onnx
     from bridge.exporting import Progress
+    from bridge.parity import verify
     progress = Progress(enabled=False)
     t0 = time.perf_counter()
-    result = export_onnx.export(source, path, opset=opset, progress=progress)
+    result = verify.export(export_onnx, source, path, opset=opset, progress=progress)
     total = time.perf_counter() - t0
     verify_s = result.seconds.get("verifying", 0.0)
     return total - verify_s, result, verify_s, result.checks

@@ -731,7 +731,7 @@ def _plain_tf2onnx(row: Row, src, bridge_onnx: str, feeds, repeat: int) -> None:
     import tf2onnx
     from bridge import onnx_plugins
     from bridge.converters import export_onnx
-    from bridge.converters.shared_steps import compare_outputs, float64_reference
+    from bridge.parity.verify import compare_outputs, float64_reference
     logging.getLogger("tf2onnx").setLevel(logging.CRITICAL)
     fn = src.function()
     ref = {k: np.asarray(v) for k, v in fn(*[feeds[i.name] for i in src.inputs]).items()}

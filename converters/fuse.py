@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from .fuse_layers_common import kind
 from .fuse_report import FuseReport
 
 
@@ -143,24 +144,6 @@ def _replace(owner, key, new) -> None:
         list.__setitem__(owner, key, new)
     else:
         object.__setattr__(owner, key, new)
-
-
-def kind(op) -> str:
-    return f"{type(op).__name__} '{op.name}'"
-
-
-def dtype_problem(spec, *layers):
-    """Why `spec`'s op cannot compute what `layers` do at their precision (a near
-    miss's reason), or None."""
-    for layer in layers:
-        if layer.compute_dtype not in spec.dtypes:
-            return f"{kind(layer)} computes in {layer.compute_dtype}; {spec.name} takes {list(spec.dtypes)}"
-    return None
-
-
-def built_input_shape(layer):
-    """The input shape `layer` was built with (Keras's private record), or None if it never was."""
-    return (getattr(layer, "_build_shapes_dict", None) or {}).get("input_shape")
 
 
 class _Rewriter:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from bridge.ops import OpError, fusion
 
-from .fuse import built_input_shape, dtype_problem, kind
+from .fuse_layers_common import built_input_shape, dtype_problem, kind
 
 
 def _is(layer, link) -> bool:

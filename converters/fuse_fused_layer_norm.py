@@ -6,7 +6,7 @@ transformer blocks: `is_sublayer` / `fuse_sublayer`, used by the rewriter's
 copy of that layer). RMS norms are near misses."""
 from __future__ import annotations
 
-from .fuse import built_input_shape, dtype_problem
+from .fuse_layers_common import built_input_shape, dtype_problem
 
 KEY = "layer_norm"
 

@@ -8,7 +8,7 @@ separately. A chain cannot say all of it: the BatchNorm must use its moving
 statistics (no training=True on it or before it in the same call)."""
 from __future__ import annotations
 
-from .fuse import dtype_problem, kind
+from .fuse_layers_common import dtype_problem, kind
 
 
 def match(rw, node) -> None:

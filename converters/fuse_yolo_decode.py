@@ -1,16 +1,21 @@
 """YoloDecode's Keras matcher (its spec's fusion hook): a
 `bridge.models.yolo.YoloDecodeHead` becomes one FusedYoloDecode, its
-attributes read from the head."""
+attributes read from the head.
+
+The head is known by its Keras registered name, not by importing it: models/
+sits above converters (bridge.models.register_layers imports fuse_layers)."""
 from __future__ import annotations
 
-from .fuse import dtype_problem
+from .fuse_layers_common import dtype_problem
+
+HEAD = "bridge>YoloDecodeHead"   # keras.saving.register_keras_serializable(package="bridge") in models/yolo.py
 
 
 def match(rw, node) -> None:
-    from bridge.models.yolo import YoloDecodeHead
+    import keras
     from .fuse_layers import DECODE, FusedYoloDecode
     head = node.operation
-    if not isinstance(head, YoloDecodeHead):
+    if not any(keras.saving.get_registered_name(c) == HEAD for c in type(head).__mro__):
         return
     attrs = dict(anchors=head.anchors, num_classes=head.num_classes, stride=head.stride,
                  scale_x_y=head.scale_x_y)

@@ -1,7 +1,7 @@
 """Steps every exporter (export_<to>.py) shares: fusing the model to export.
 (The verification is bridge.parity.verify's: exporters only write.)
 
-Cheap to import (numpy only at module level): the CLI imports every exporter,
+Cheap to import (nothing heavy at module level): the CLI imports every exporter,
 and so this module, to build its --help.
 """
 from __future__ import annotations

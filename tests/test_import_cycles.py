@@ -5,7 +5,10 @@ Every module of the installed packages is parsed with `ast`; every `import` and
 `from pkg import name` where `name` is a submodule of `pkg` is an edge to the
 submodule (any other name is an edge to `pkg`). Importing `a.b.c` runs
 `a/__init__` and `a/b/__init__` first, so those are edges too, except the
-packages the importing module already lies in (they are running already). Imports under `if TYPE_CHECKING:` are left out: they never run.
+packages the importing module already lies in (they are running already).
+`importlib.import_module("literal")` counts as an import; a computed name (the
+discovery of op folders, runtimes and fusion hooks from spec data) cannot be
+seen here. Imports under `if TYPE_CHECKING:` are left out: they never run.
 """
 from __future__ import annotations
 
@@ -67,8 +70,22 @@ def _is_type_checking(test: ast.expr) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
+def _import_module_call(node: ast.AST):
+    """`importlib.import_module("a.b")` (or `import_module("a.b")`) with a literal
+    name, as an Import node; None for anything else (a computed name is discovery)."""
+    if not (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)):
+        return None
+    f = node.func
+    name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+    if name != "import_module" or node.args[0].value.startswith("."):
+        return None
+    return ast.copy_location(ast.Import(names=[ast.alias(name=node.args[0].value)]), node)
+
+
 def _imports(tree: ast.AST):
-    """Every Import/ImportFrom node at any depth, skipping `if TYPE_CHECKING:` bodies."""
+    """Every Import/ImportFrom node at any depth (and literal import_module calls),
+    skipping `if TYPE_CHECKING:` bodies."""
     stack = [tree]
     while stack:
         node = stack.pop()
@@ -77,6 +94,9 @@ def _imports(tree: ast.AST):
             continue
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             yield node
+        call = _import_module_call(node)
+        if call is not None:
+            yield call
         stack.extend(ast.iter_child_nodes(node))
 
 
@@ -222,6 +242,8 @@ def test_planted_cycle_through_a_function_level_import_is_found(tmp_path):
         "bridge/parity/export.py": "def f():\n    from bridge.converters.shared import x\n",
         "converters/__init__.py": "",
         "converters/shared.py": "def g():\n    from ..parity.source import y\n",
+        "converters/late.py": "import importlib\ndef h():\n    importlib.import_module('bridge.converters.lazy')\n",
+        "converters/lazy.py": "from bridge.converters import late\n",
         "converters/typed.py": ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
                                 "    from bridge.parity import export\n"),
     })
@@ -235,6 +257,8 @@ def test_planted_cycle_through_a_function_level_import_is_found(tmp_path):
     assert "bridge.parity.export -> bridge.converters.shared  (bridge/parity/export.py:2)" in report
     assert "bridge.converters.shared -> bridge.parity.source  (converters/shared.py:2)" in report
     assert "bridge.parity.source -> bridge.parity.export  (bridge/parity/source.py:1)" in report
+    assert "cycle of 2 modules: bridge.converters.late, bridge.converters.lazy" in report
+    assert "bridge.converters.late -> bridge.converters.lazy  (converters/late.py:3)" in report
     assert "typed" not in report  # TYPE_CHECKING-only imports never run
     assert "bridge.ops" not in report
 

@@ -22,6 +22,16 @@ import numpy as np
 
 SELFTEST_MARK = "selftest.json"
 
+# the build in use when a team's kernels were added (team_libraries.add sets it:
+# that module configures this one, never the other way round); None: bridge's own
+_team_build = None
+
+
+def use_build(build_fn) -> None:
+    """`build_fn()` (a bridge.native.Build) serves library() from now on; None: bridge's own."""
+    global _team_build
+    _team_build = build_fn
+
 
 def _passive_openmp() -> None:
     """The kernels run on OpenMP threads (libgomp) between LiteRT's own; GOMP's
@@ -63,8 +73,7 @@ def library(build: bool = True) -> Path:
     gave them (team_libraries.py). Raises bridge.native.BuildError naming the
     cause and the LiteRT version."""
     from bridge import native
-    from bridge.litert import team_libraries
-    b = team_libraries.build() or native.litert_build()
+    b = (_team_build and _team_build()) or native.litert_build()
     lib = b.library() if build else b.folder() / b.target_file
     if not lib.exists():
         raise native.BuildError(f"the LiteRT kernels are not built. Fix: bridge build {b.target or b.name}")

@@ -55,6 +55,7 @@ def add(path) -> List[str]:
                                  f"bridge/litert/native/common.h) nor a kernel core (kernel.h)")
     previous = (_folder, _ops)
     _folder = p.resolve()
+    runtime.use_build(build)  # build() follows _folder: bridge's own again once it is None
     try:
         served = runtime.served_ops(runtime.library())
     except (native.BuildError, runtime.LiteRTError) as e:
