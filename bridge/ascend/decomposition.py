@@ -4,7 +4,8 @@ as standard ONNX (`render_onnx`, run here on onnxruntime) and as the C++ of the
 GE plugin's ParseOpToGraphFn (`render_cpp`, run by ATC). Both renderers walk the
 same step list, so the graph checked numerically here is the graph ATC builds.
 
-Values that depend on the node's attributes are `Expr`s: they evaluate in Python
+Values that depend on the node's attributes are expressions (bridge/ops/shape_rules.py,
+the tree the shape rules are written in): they evaluate in Python
 (for the ONNX expansion, per node) and print as C++ (read from the GE operator at
 parse time, per node). Names, kinds and defaults of attributes come from the
 op's spec (`spec.onnx_attrs`).
@@ -12,116 +13,26 @@ op's spec (`spec.onnx_attrs`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, Sequence, Tuple, Union
+from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
 
 from bridge.ops import OpSpec
+from bridge.ops.shape_rules import Attr, Const, Expr, Items, value_var
 
 # spec attribute type -> expression kind
 _KIND = {"float": "float", "int": "int", "list(int)": "ints", "list(float)": "floats"}
 CPP_TYPE = {"float": "float", "int": "int64_t", "ints": "std::vector<int64_t>", "floats": "std::vector<float>"}
 
 
-# -- expressions over the node's attributes ---------------------------------
-class Expr:
-    kind: str = "float"
-
-    def eval(self, attrs: Dict[str, Any]):
-        raise NotImplementedError
-
-    def cpp(self) -> str:
-        raise NotImplementedError
-
-    def _bin(self, other, op, swap=False):
-        other = other if isinstance(other, Expr) else Lit(other)
-        return Bin(op, other, self) if swap else Bin(op, self, other)
-
-    def __add__(self, o): return self._bin(o, "+")
-    def __radd__(self, o): return self._bin(o, "+", True)
-    def __sub__(self, o): return self._bin(o, "-")
-    def __rsub__(self, o): return self._bin(o, "-", True)
-    def __mul__(self, o): return self._bin(o, "*")
-    def __rmul__(self, o): return self._bin(o, "*", True)
-    def __truediv__(self, o): return self._bin(o, "/")
-
-
-@dataclass(frozen=True, eq=False)
-class AttrRef(Expr):
-    """The value of one attribute of the node (after defaults)."""
-    name: str
-    kind: str = "float"
-
-    def eval(self, attrs):
-        return attrs[self.name]
-
-    def cpp(self):
-        return cpp_var(self.name)
-
-
-@dataclass(frozen=True, eq=False)
-class Lit(Expr):
-    value: Union[int, float]
-
-    @property
-    def kind(self):  # type: ignore[override]
-        return "int" if isinstance(self.value, int) and not isinstance(self.value, bool) else "float"
-
-    def eval(self, attrs):
-        return self.value
-
-    def cpp(self):
-        if self.kind == "int":
-            return f"static_cast<int64_t>({self.value})"
-        return f"{float(self.value)!r}f"
-
-
-@dataclass(frozen=True, eq=False)
-class Bin(Expr):
-    op: str
-    a: Expr
-    b: Expr
-
-    @property
-    def kind(self):  # type: ignore[override]
-        if self.op == "/" or "float" in (self.a.kind, self.b.kind):
-            return "float"
-        return "int"
-
-    def eval(self, attrs):
-        a, b = self.a.eval(attrs), self.b.eval(attrs)
-        if self.kind == "float":
-            a, b = float(a), float(b)
-        return {"+": a + b, "-": a - b, "*": a * b}[self.op] if self.op != "/" else a / b
-
-    def cpp(self):
-        a, b = self.a.cpp(), self.b.cpp()
-        if self.kind == "float":
-            a, b = f"static_cast<float>({a})", f"static_cast<float>({b})"
-        return f"({a} {self.op} {b})"
-
-
-@dataclass(frozen=True, eq=False)
-class List(Expr):
-    """A list built from scalars, e.g. [1, 1, 2, 1, num_classes]."""
-    items: Tuple[Expr, ...]
-    kind: str = "ints"
-
-    def eval(self, attrs):
-        cast = int if self.kind == "ints" else float
-        return [cast(i.eval(attrs)) for i in self.items]
-
-    def cpp(self):
-        elem = "int64_t" if self.kind == "ints" else "float"
-        return f"std::vector<{elem}>{{" + ", ".join(f"static_cast<{elem}>({i.cpp()})" for i in self.items) + "}"
-
-
-def ints(*items) -> List:
-    return List(tuple(i if isinstance(i, Expr) else Lit(int(i)) for i in items), "ints")
+# -- values over the node's attributes: bridge/ops/shape_rules.py's expression tree,
+# read as typed values (`value`, `value_cpp`, `value_kind`)
+def ints(*items) -> Items:
+    return Items(tuple(i if isinstance(i, Expr) else Const(int(i)) for i in items), "ints")
 
 
 def cpp_var(attr_name: str) -> str:
-    return f"attr_{attr_name}"
+    return value_var(attr_name)
 
 
 def as_expr(value) -> Expr:
@@ -130,8 +41,8 @@ def as_expr(value) -> Expr:
     if isinstance(value, (list, tuple)):
         if all(isinstance(v, int) for v in value):
             return ints(*value)
-        return List(tuple(Lit(float(v)) for v in value), "floats")
-    return Lit(value)
+        return Items(tuple(Const(float(v)) for v in value), "floats")
+    return Const(value)
 
 
 # -- the step list ------------------------------------------------------------
@@ -183,9 +94,9 @@ class Decomposition:
         self.steps: List[Step] = []
         self.outputs: List[Value] = []
 
-    def attr(self, name: str) -> AttrRef:
+    def attr(self, name: str) -> Attr:
         a = self.spec.onnx_attr(name)  # KeyError names the op when the spec lacks it
-        return AttrRef(a.name, _KIND[a.type])
+        return Attr(a.name, _KIND[a.type])
 
     def const(self, value, dtype: str, shape: Sequence[int] = ()) -> Value:
         """A constant tensor; `shape` may hold one -1 (resolved from the element
@@ -216,7 +127,7 @@ class Decomposition:
 def const_array(step: Step, attrs: Dict[str, Any]) -> np.ndarray:
     """A Const step's value for one node's attributes (Python side of the
     -1 resolution the C++ does with the vector's size)."""
-    value = step.params["value"].eval(attrs)
+    value = step.params["value"].value(attrs)
     arr = np.asarray(value, dtype=np.float32 if step.params["dtype"] == "float32" else np.int64)
     shape = step.params["shape"]
     return arr.reshape(shape) if shape else arr.reshape(())

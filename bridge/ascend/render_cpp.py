@@ -137,9 +137,9 @@ def _value(v: Value, ops: Dict[str, str]) -> str:
 
 def _expr_vec(expr: Expr, dtype: str) -> str:
     elem = _ELEM[dtype]
-    if expr.kind in ("ints", "floats"):
-        return f"bridge::Vec<{elem}>({expr.cpp()})"
-    return f"bridge::Scalar<{elem}>({expr.cpp()})"
+    if expr.value_kind in ("ints", "floats"):
+        return f"bridge::Vec<{elem}>({expr.value_cpp()})"
+    return f"bridge::Scalar<{elem}>({expr.value_cpp()})"
 
 
 def _lit_vec(values, dtype: str) -> str:
@@ -171,12 +171,12 @@ def _step_cpp(step: Step, ops: Dict[str, str]) -> List[str]:
 
     k = step.kind
     if k == "LeakyRelu":
-        out.append(f'  {var}.SetAttr("negative_slope", {p["alpha"].cpp()});')
+        out.append(f'  {var}.SetAttr("negative_slope", {p["alpha"].value_cpp()});')
     elif k == "Transpose":
         perm = aux_const("perm", _lit_vec(p["perm"], "int64"), f"std::vector<int64_t>{{{len(p['perm'])}}}", "int64")
         out.append(f'  {var}.SetInput("perm", {perm}, 0U);')
     elif k == "Conv":
-        s, pads, d = p["strides"].cpp(), p["pads"].cpp(), p["dilations"].cpp()
+        s, pads, d = p["strides"].value_cpp(), p["pads"].value_cpp(), p["dilations"].value_cpp()
         # GE's Conv2D takes NCHW 4-vectors and pads as [top, bottom, left, right];
         # ONNX (and the node) give [sh, sw] and [top, left, bottom, right].
         out.append(f'  {var}.SetAttr("strides", std::vector<int64_t>{{1, 1, {s}[0], {s}[1]}});')
@@ -190,7 +190,7 @@ def _step_cpp(step: Step, ops: Dict[str, str]) -> List[str]:
     elif k == "LayerNorm":
         out.append(f'  {var}.SetAttr("begin_norm_axis", static_cast<int64_t>(-1));')
         out.append(f'  {var}.SetAttr("begin_params_axis", static_cast<int64_t>(-1));')
-        out.append(f'  {var}.SetAttr("epsilon", {p["epsilon"].cpp()});')
+        out.append(f'  {var}.SetAttr("epsilon", {p["epsilon"].value_cpp()});')
     elif k == "ReduceMean":
         axes = p["axes"]
         axes_const = aux_const("axes", _lit_vec(axes, "int64"), f"std::vector<int64_t>{{{len(axes)}}}", "int64")

@@ -10,6 +10,7 @@ import numpy as np
 from onnx import NodeProto, TensorProto, helper, numpy_helper
 
 from bridge.ascend.decomposition import Decomposition, Step, Value, const_array
+from bridge.ops.shape_rules import Expr
 from bridge.ascend.from_body import SAME_KIND
 
 _ONNX_DTYPE = {"float32": TensorProto.FLOAT, "int64": TensorProto.INT64}
@@ -47,7 +48,7 @@ def render(g: Decomposition, node: NodeProto, attrs: Dict, opset: int, prefix: s
 
 
 def _emit(step: Step, ins, outs, base, attrs, opset, nodes, inits):
-    p = {k: (v.eval(attrs) if hasattr(v, "eval") else v) for k, v in step.params.items()}
+    p = {k: (v.value(attrs) if isinstance(v, Expr) else v) for k, v in step.params.items()}
     k = step.kind
 
     def node(op_type, inputs, outputs, suffix="", **kw):

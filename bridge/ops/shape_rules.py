@@ -12,6 +12,12 @@ com.bridge node's attributes (`spec.onnx_attrs`):
   "<Op>: argument '<arg>': <message>" (the spec's OpError words);
 - `Out(index, [dims])` / `OutSame(index, input)`: an output shape.
 
+The same expression nodes (Const, Attr, Bin, Items) also read as typed attribute
+values: `value(attrs)` in Python, `value_cpp()` in C++ over locals `attr_<name>`,
+`value_kind` (int, float, ints, floats). That is what the GE plugin's
+decomposition (bridge/ascend/decomposition.py) computes its constants and
+parameters with: one expression tree for shapes and attribute values.
+
 Values are ints or unknown (None here, `kUnknown` in C++): an unknown dim, or
 anything of an input of unknown rank, makes what depends on it unknown, and a
 check on an unknown value passes (as the spec's shape functions do). A dim
@@ -37,14 +43,35 @@ class Expr:
     def cpp(self) -> str:
         raise NotImplementedError
 
+    # -- as a typed attribute value (the GE decomposition's constants and parameters)
+    value_kind = "int"
+
+    def value(self, attrs: Dict[str, Any]):
+        raise TypeError(f"{type(self).__name__} is no attribute value")
+
+    def value_cpp(self) -> str:
+        raise TypeError(f"{type(self).__name__} is no attribute value")
+
     def __add__(self, o):
         return Bin("Add", self, lift(o))
+
+    def __radd__(self, o):
+        return Bin("Add", lift(o), self)
 
     def __sub__(self, o):
         return Bin("Sub", self, lift(o))
 
+    def __rsub__(self, o):
+        return Bin("Sub", lift(o), self)
+
     def __mul__(self, o):
         return Bin("Mul", self, lift(o))
+
+    def __rmul__(self, o):
+        return Bin("Mul", lift(o), self)
+
+    def __truediv__(self, o):
+        return Bin("Div", self, lift(o))
 
     def __floordiv__(self, o):
         return Bin("FloorDiv", self, lift(o))
@@ -69,18 +96,37 @@ class Expr:
 
 
 def lift(v) -> Expr:
-    return v if isinstance(v, Expr) else Const(int(v))
+    if isinstance(v, Expr):
+        return v
+    return Const(float(v) if isinstance(v, float) else int(v))
+
+
+def value_var(attr_name: str) -> str:
+    """The C++ local holding an attribute's value (the GE plugin reads it from the node)."""
+    return f"attr_{attr_name}"
 
 
 @dataclass(frozen=True, eq=False)
 class Const(Expr):
-    value: int
+    number: Union[int, float]
 
     def py(self, env):
-        return self.value
+        return self.number
 
     def cpp(self):
-        return f"int64_t{{{self.value}}}"
+        return f"int64_t{{{self.number}}}"
+
+    @property
+    def value_kind(self):  # type: ignore[override]
+        return "int" if isinstance(self.number, int) and not isinstance(self.number, bool) else "float"
+
+    def value(self, attrs):
+        return self.number
+
+    def value_cpp(self):
+        if self.value_kind == "int":
+            return f"static_cast<int64_t>({self.number})"
+        return f"{float(self.number)!r}f"
 
 
 @dataclass(frozen=True, eq=False)
@@ -113,14 +159,25 @@ class Dim(Expr):
 
 @dataclass(frozen=True, eq=False)
 class Attr(Expr):
-    """An int attribute."""
+    """An attribute: in a shape rule an int one; as a value of its kind."""
     name: str
+    kind: str = "int"   # int, float, ints, floats
 
     def py(self, env):
         return int(env.attrs[self.name])
 
     def cpp(self):
         return f"static_cast<int64_t>(attrs.{self.name})"
+
+    @property
+    def value_kind(self):  # type: ignore[override]
+        return self.kind
+
+    def value(self, attrs):
+        return attrs[self.name]
+
+    def value_cpp(self):
+        return value_var(self.name)
 
 
 @dataclass(frozen=True, eq=False)
@@ -170,6 +227,9 @@ _BIN = {"Add": operator.add, "Sub": operator.sub, "Mul": operator.mul, "FloorDiv
         "CeilDiv": _ceildiv, "Max": max}
 
 
+_VALUE_OPS = {"Add": "+", "Sub": "-", "Mul": "*", "Div": "/"}
+
+
 @dataclass(frozen=True, eq=False)
 class Bin(Expr):
     op: str
@@ -182,6 +242,41 @@ class Bin(Expr):
 
     def cpp(self):
         return f"{self.op}({self.a.cpp()}, {self.b.cpp()})"
+
+    @property
+    def value_kind(self):  # type: ignore[override]
+        return "float" if self.op == "Div" or "float" in (self.a.value_kind, self.b.value_kind) else "int"
+
+    def value(self, attrs):
+        a, b = self.a.value(attrs), self.b.value(attrs)
+        if self.value_kind == "float":
+            a, b = float(a), float(b)
+        return {"Add": a + b, "Sub": a - b, "Mul": a * b}[self.op] if self.op != "Div" else a / b
+
+    def value_cpp(self):
+        a, b = self.a.value_cpp(), self.b.value_cpp()
+        if self.value_kind == "float":
+            a, b = f"static_cast<float>({a})", f"static_cast<float>({b})"
+        return f"({a} {_VALUE_OPS[self.op]} {b})"
+
+
+@dataclass(frozen=True, eq=False)
+class Items(Expr):
+    """A list value built from scalars, e.g. [1, 1, 2, 1, num_classes]."""
+    items: Tuple[Expr, ...]
+    kind: str = "ints"
+
+    @property
+    def value_kind(self):  # type: ignore[override]
+        return self.kind
+
+    def value(self, attrs):
+        cast = int if self.kind == "ints" else float
+        return [cast(i.value(attrs)) for i in self.items]
+
+    def value_cpp(self):
+        elem = "int64_t" if self.kind == "ints" else "float"
+        return f"std::vector<{elem}>{{" + ", ".join(f"static_cast<{elem}>({i.value_cpp()})" for i in self.items) + "}"
 
 
 def ceildiv(a, b) -> Expr:
