@@ -366,17 +366,22 @@ def team_core(folder) -> Tuple[object, Path]:
 
 
 def op_headers(cores: Optional[List[Tuple[object, Path]]] = None) -> Tuple[Path, List[Path]]:
-    """The headers rendered from the specs (bridge/ops/cpp_header.py): every
-    built-in op's and the kernel cores' (default: the built-ins'), with cores.h
+    """The headers rendered from the specs (bridge/ops/cpp_header.py): those of
+    the built-in ops with an adapter of their own and of the kernel cores
+    (default: the built-ins'), with cores.h
     listing the cores, in a cache folder named by their content; and the files
     a build's key must cover (those headers and the cores)."""
     from bridge.ops import cpp_header
     from bridge import ops
     cores = kernel_cores() if cores is None else cores
     root = _package_dir("bridge")
+    # The built-in ops with an adapter of their own (<module>.cc in a host folder) read their header too;
+    # only those: a spec without native code must not change the builds' keys.
+    adapters = {p.stem for d in (_tf_ops_dir(), _package_dir("bridge") / "litert" / "native",
+                                 _tf_ops_dir().parent / "onnx_plugins" / "native") for p in d.glob("*.cc")}
     files = cpp_header.render_all([(spec, path.relative_to(root).as_posix() if path.is_relative_to(root)
                                     else str(path)) for spec, path in cores],
-                                  [s for s in ops.all_specs() if ops.is_builtin(s)])
+                                  [s for s in ops.all_specs() if ops.is_builtin(s) and s.module in adapters])
     digest = hashlib.sha256(json.dumps(sorted(files.items())).encode()).hexdigest()[:16]
     folder = cache_root() / f"op-headers-{digest}"
     if not (folder / "spec" / "cores.h").is_file():
