@@ -224,6 +224,7 @@ out["worst_fused"] = worst
 # a SavedModel holding the team op, --to tflite lowered: its composite, TFLite builtins
 from bridge import modelsource
 from bridge.converters import export_tflite
+from bridge.parity import verify
 src = modelsource.resolve(sys.argv[3], input_shapes=["tokens:2,5,32"])
 res = verify.export(export_tflite, src, os.path.join(tmp, "m.tflite"))
 out["custom_ops"] = res.details["custom_ops"]
