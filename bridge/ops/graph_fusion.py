@@ -18,6 +18,10 @@ The pattern then says, with numpy only:
   miss in the fusion report): the op's inputs after the first (numpy arrays) and
   its attributes, read from the subgraph's nodes and constants, or found by
   evaluating it on probes (`region.evaluate`);
+- for an op of several outputs (YoloDecode), the region is first grown forward
+  (graph_region.GraphIndex.grown) until no more of its tensors leave it than the
+  op has outputs (`region.outputs`), and `identify` returns (inputs, attrs,
+  outputs): which of those tensors is which of the op's outputs, in order;
 - `probe(region) -> shape` (optional): the input shape to verify on; by default
   x's static shape with unknown dims 3 (the batch 2).
 
@@ -33,8 +37,9 @@ A `region` (converters/graph_region.py) offers `nodes` (in graph order, the end
 last; each with `name`, `op`, `attrs` as Python values and `inputs`), `x_shape`,
 `dtype`, `is_x(ref)`, `node(ref)` (the region's node producing a tensor, or
 None), `constant(ref)` (a constant input's value, or None) and
-`evaluate(x, given=None)` (float64; `given` maps a node name to its output,
-e.g. to read the part of the subgraph after a Conv2D).
+`evaluate(x, given=None, at=None)` (float64; `given` maps a node name to its
+output, e.g. to read the part of the subgraph after a Conv2D; `at` a tensor or a
+list of them, by default the end's).
 
 `key` is the fusion report row the matches count in: the key of one of the
 op's Keras patterns (the same row for both roads), or a key of its own.
