@@ -67,22 +67,29 @@ def fuse_graph(model, inputs: Optional[Sequence[str]] = None, outputs: Optional[
         for spec, pattern in patterns:
             if node.op not in pattern.ends or name_ in taken:
                 continue
-            region = index.region(name_, pattern.ops, pattern.start)
-            if region is not None and len(spec.outputs) > 1:
-                region = index.grown(region, pattern.ops, len(spec.outputs))
-            if region is None or region.names & taken:
-                continue
-            try:
-                if pattern.when is not None and not pattern.when(region):
+            if len(spec.outputs) > 1:  # the regions grown forward to the op's outputs, largest first
+                candidates = index.grown(name_, pattern.ops, len(spec.outputs))
+            else:
+                candidates = [r for r in [index.region(name_, pattern.ops, pattern.start)] if r is not None]
+            miss = None
+            for region in candidates:
+                if region.names & taken:
                     continue
-                found = _match(spec, pattern, region)
-            except Exception as e:  # noqa: BLE001 - a pattern that trips on a graph: a near miss, not a crash
-                found = f"while matching: {_first_line(e)}"
-            if isinstance(found, str):
-                misses.append((pattern.key, region, found))
-                continue
-            plans.append((spec, pattern, region) + found)
-            taken |= region.names
+                try:
+                    if pattern.when is not None and not pattern.when(region):
+                        continue
+                    found = _match(spec, pattern, region)
+                except Exception as e:  # noqa: BLE001 - a pattern that trips on a graph: a near miss, not a crash
+                    found = f"while matching: {_first_line(e)}"
+                if isinstance(found, str):
+                    miss = miss or (pattern.key, region, found)
+                    continue
+                plans.append((spec, pattern, region) + found)
+                taken |= region.names
+                miss = None
+                break
+            if miss:
+                misses.append(miss)
     for spec, pattern, region, values, attrs in plans:
         report.add_block(pattern.key, region.end.name, [n.name for n in region.nodes])
         for folded in (pattern.folds(region) if pattern.folds else ()):
@@ -167,7 +174,7 @@ def verify(spec, pattern, region: Region, values, attrs) -> Optional[str]:
                 return f"not finite on the check's inputs (the subgraph or {spec.name} on the identified weights)"
             if got.size:
                 worst = max(worst, float(np.max(np.abs(got - want) / np.maximum(1.0, np.abs(want)))))
-    if worst > TOLERANCE:
+    if worst > (pattern.tolerance or TOLERANCE):
         return (f"computes something else than {spec.name} on the weights read from it: off by {worst:.3g} "
                 f"(relative) on random inputs")
     return None

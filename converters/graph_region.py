@@ -243,25 +243,38 @@ class GraphIndex:
             return None
         return Region(self, nodes, xs.pop())
 
-    def grown(self, region: "Region", ops: Sequence[str], outputs: int, limit: int = 96) -> Optional["Region"]:
-        """`region` grown forward, for an op of several outputs, until at most
-        `outputs` of its tensors are used outside it (those are its outputs): one
-        layer at a time, the nodes of `ops` that read only the region, x and
-        constants. None when no such region is found within `limit` nodes."""
-        allowed, inside = set(ops), set(region.names)
+    def grown(self, end: str, ops: Sequence[str], outputs: int, limit: int = 96) -> List["Region"]:
+        """The regions an op of several outputs may stand for, found from `end`
+        (one of its outputs' nodes): the entry is the highest dominator of `end`
+        whose region keeps to `ops`, and the region then grows forward, one layer
+        at a time, by the nodes of `ops` that read only it, x and constants. Each
+        layer where exactly `outputs` of its tensors leave it is a candidate
+        (largest first); the whole growth, if it is none of them, comes last."""
+        best, entry = None, self.idom.get(end)
+        for _ in range(8):
+            found = self._region(end, entry, ops, limit)
+            if found is None:
+                break
+            best, entry = found, self.idom.get(entry)
+        if best is None:
+            return []
+        allowed, inside, states = set(ops), set(best.names), []
         while True:
             exits = self._exits(inside)
-            if len(exits) <= outputs:
-                break
+            states.append((frozenset(inside), exits))
             layer = {c for name in inside for c in self.consumers.get(name, ())
                      if c not in inside and self.nodes[c].op in allowed and all(
-                         producer(i) in inside or ref(i) == region.x or self.is_constant(i)
+                         producer(i) in inside or ref(i) == best.x or self.is_constant(i)
                          for i in self.nodes[c].inputs)}
             if not layer or len(inside | layer) > limit:
-                return None
+                break
             inside |= layer
-        nodes = [self.nodes[name] for name in self.order if name in inside]
-        return Region(self, nodes, region.x, outputs=sorted(exits, key=lambda t: self.order_of[producer(t)]))
+        last = states[-1]
+        picked = [st for st in reversed(states) if len(st[1]) == outputs] or [last]
+        if picked[0] is not last and len(last[1]) != outputs:
+            picked.append(last)
+        return [Region(self, [self.nodes[n] for n in self.order if n in names], best.x,
+                       outputs=sorted(exits, key=lambda t: self.order_of[producer(t)])) for names, exits in picked]
 
     def _exits(self, names) -> List[str]:
         """The tensors of nodes in `names` used outside them (or model outputs)."""

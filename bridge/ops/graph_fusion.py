@@ -31,7 +31,9 @@ back, one dominator at a time, until they do.
 
 Whatever `identify` claims is then checked: the subgraph, evaluated in float64
 on random inputs at several scales, must equal the op's numpy reference on the
-identified inputs, or the match is a near miss that says by how much it is off.
+identified inputs (relative, within `tolerance` where the pattern gives one,
+else the rewriter's 1e-6), or the match is a near miss that says by how much it
+is off.
 
 A `region` (converters/graph_region.py) offers `nodes` (in graph order, the end
 last; each with `name`, `op`, `attrs` as Python values and `inputs`), `x_shape`,
@@ -53,19 +55,21 @@ from .fusion import named_problems
 
 
 class GraphPattern:
-    FIELDS = ("key", "matches", "ends", "ops", "start", "when", "identify", "probe", "folds")
+    FIELDS = ("key", "matches", "ends", "ops", "start", "when", "identify", "probe", "folds", "tolerance")
 
     def __init__(self, key: str, matches: str = "", *, ends: Tuple[str, ...] = (), ops: Tuple[str, ...] = (),
                  start: Tuple[str, ...] = (),
                  when: Optional[Callable[[Any], bool]] = None, identify: Optional[Callable[[Any], Any]] = None,
                  probe: Optional[Callable[[Tuple], Tuple]] = None,
-                 folds: Optional[Callable[[Any], Tuple[str, ...]]] = None, **unknown):
+                 folds: Optional[Callable[[Any], Tuple[str, ...]]] = None, tolerance: Optional[float] = None,
+                 **unknown):
         self.key, self.matches = key, matches
         self.ends = (ends,) if isinstance(ends, str) else tuple(ends)
         self.ops = tuple(ops)
         self.start = (start,) if isinstance(start, str) else tuple(start)
         self.when, self.identify, self.probe = when, identify, probe
         self.folds = folds   # region -> keys of patterns folded into this match (e.g. a Pad: zero_padding)
+        self.tolerance = tolerance   # the check's relative tolerance, where not the rewriter's default
         self.unknown = dict(unknown)
 
     def __repr__(self) -> str:
@@ -89,6 +93,8 @@ def problems(pattern, spec):
         yield "ends", f"{sorted(set(pattern.ends) - set(pattern.ops))} must be in ops too"
     if not callable(pattern.identify):
         yield "identify", "a function region -> (inputs after the first, attrs) or the reason it does not fit"
+    if pattern.tolerance is not None and not (isinstance(pattern.tolerance, float) and 0 < pattern.tolerance < 1e-2):
+        yield "tolerance", f"{pattern.tolerance!r} must be a float in (0, 0.01): the check judges in float64"
     for field in ("when", "probe", "folds"):
         if getattr(pattern, field) is not None and not callable(getattr(pattern, field)):
             yield field, "must be a function"
