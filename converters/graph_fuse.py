@@ -9,14 +9,18 @@ bridge.ops.graph_fusion), a team's included, is matched on it:
 
 - each node whose op ends a pattern, in reverse graph order (so the largest
   match wins: a layer norm's last Add before its inner Mul), gives the
-  single-entry region ending there (graph_region.py);
+  single-entry region ending there (graph_region.py); for an op of several
+  outputs (YoloDecode), the regions grown forward from it until exactly that
+  many tensors leave them, largest first, the first that matches taken;
 - the pattern's `when` says whether it is meant; its `identify` reads the op's
   inputs and attributes, or says why it does not fit (a near miss);
 - the claim is checked: the region, evaluated in float64 on random inputs at
   three scales, must equal the op's numpy reference on those inputs within
   1e-6 (relative); else a near miss with how far off it was;
-- the region becomes one node of the op, named as the region's last node (its
-  consumers read it unchanged), its other inputs constants beside it.
+- the region becomes one node of the op, named as the node of its (first)
+  output, so its consumers read it unchanged (an op's further outputs are
+  Identity nodes named as the nodes that computed them), its other inputs
+  constants beside it.
 
 Near misses overlapping a fused region, or inside a larger near miss of the
 same pattern, are left out of the report (they are parts of one match). The

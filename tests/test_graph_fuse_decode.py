@@ -69,7 +69,6 @@ def test_builtin_tiny_savedmodel_fuses_what_its_keras_road_fuses(tiny):
     assert counts.get("YoloDecode") == 2
     assert not {"Sigmoid", "Exp", "SplitV", "Range"} & set(counts), counts
     unfused = load(str(folder))
-    names = ("boxes", "objectness", "class_probs")
     for batch in (1, 2, 0):
         x = np.random.default_rng(batch).random((batch, 96, 96, 3)).astype("float32")
         want = _tiny_reference(model, x)
@@ -77,8 +76,8 @@ def test_builtin_tiny_savedmodel_fuses_what_its_keras_road_fuses(tiny):
             got = graph.function()(x)
             outs = [got[k].numpy() for k in sorted(got)]
             assert [o.shape for o in outs] == [w.shape for w in want]
-            for name, o, w in zip(names, outs, want):
-                _close(o, w), name
+            for o, w in zip(outs, want):
+                _close(o, w)
 
 
 def test_bridge_export_of_the_tiny_savedmodel_writes_yolo_decode_nodes(tiny, tmp_path):

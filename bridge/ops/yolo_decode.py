@@ -206,8 +206,8 @@ def _graph_identify(region):
     return (), attrs, [region.outputs[k] for k in (box, obj, cls)]
 
 
-GRAPH_FUSION = (GraphPattern("yolo_decode", "a YOLOv3 head's decode written in TF ops (reshape to [N,H,W,A,5+C], "
-                             "sigmoid xy + grid, exp(wh) * anchors, sigmoid objectness and classes, * stride)",
+GRAPH_FUSION = (GraphPattern("yolo_decode", "a YOLO head's decode in TF ops: sigmoid(xy) + grid, exp(wh) * anchors, "
+                             "sigmoid objectness and classes, * stride",
                              ends=("Reshape",), ops=GRAPH_OPS, when=_is_decode, identify=_graph_identify,
                              tolerance=_GRAPH_TOLERANCE),)
 
