@@ -97,9 +97,10 @@ def test_bridge_export_of_the_tiny_savedmodel_writes_yolo_decode_nodes(tiny, tmp
     assert attrs == [(16,), (32,)]
     session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
     x = np.random.default_rng(7).random((1, 96, 96, 3)).astype("float32")
-    got = session.run(None, {session.get_inputs()[0].name: x})
-    for o, w in zip(got, _tiny_reference(model, x)):
-        _close(o, w)
+    got = dict(zip([o.name for o in session.get_outputs()], session.run(None, {session.get_inputs()[0].name: x})))
+    assert sorted(got) == ["output_0", "output_1", "output_2"], sorted(got)   # model.export's names, in its order
+    for name, w in zip(sorted(got), _tiny_reference(model, x)):
+        _close(got[name], w)
 
 
 # -- a hand-written tf.Module decode, with planted near misses ---------------------------
@@ -212,9 +213,10 @@ def _module_reference(inputs):
 def decoders(tmp_path_factory):
     import tensorflow as tf
     folder = tmp_path_factory.mktemp("decoders") / "saved"
-    tf.saved_model.save(_decode_module(), str(folder))
+    module = _decode_module()
+    tf.saved_model.save(module, str(folder))
     fused, report = fuse_graph(str(folder))
-    return folder, fused, report
+    return folder, fused, report, module
 
 
 def test_a_hand_written_module_decode_fuses_and_its_near_misses_stay(decoders):
@@ -223,7 +225,7 @@ def test_a_hand_written_module_decode_fuses_and_its_near_misses_stay(decoders):
     near misses are each one near-miss row and keep their TF ops; every output
     equals numpy float64 at batch 1, 3 and 0."""
     from bridge.converters.graph_model import load
-    folder, fused, report = decoders
+    folder, fused, report, _ = decoders
     assert report.fused("yolo_decode") == len(FUSING), report.render()
     misses = report.skipped("yolo_decode")
     assert len(misses) == len(HEADS) - len(FUSING), report.render()
@@ -256,8 +258,30 @@ def test_a_hand_written_module_decode_fuses_and_its_near_misses_stay(decoders):
 def test_a_near_miss_is_one_row_naming_its_nodes(decoders):
     """Each near miss is reported once (not once per output it has), naming nodes
     of its own head, with how far off it is."""
-    _, _, report = decoders
+    _, _, report, _ = decoders
     rows = report.to_dict()["patterns"]["yolo_decode"]["skipped"]
     heads = [next((h for h in HEADS if any(h in n for n in r["layers"])), None) for r in rows]
     assert sorted(h for h in heads if h) == sorted(set(HEADS) - set(FUSING)), rows
     assert all("off by" in r["reason"] for r in rows)
+
+
+def test_the_module_as_a_tf1_frozen_pb_fuses_the_same(decoders, tmp_path):
+    """The same decodes in a TF1 frozen GraphDef (convert_variables_to_constants_v2),
+    read with its tensor names: the same fused count and near misses, the outputs
+    against numpy float64."""
+    import graph_models
+    _, _, report, module = decoders
+    pb = tmp_path / "decoders.pb"
+    inputs, outputs = graph_models.frozen_pb(module, pb)
+    fused, pb_report = fuse_graph(str(pb), inputs=inputs, outputs=list(outputs.values()))
+    assert pb_report.fused("yolo_decode") == report.fused("yolo_decode") == len(FUSING), pb_report.render()
+    assert len(pb_report.skipped("yolo_decode")) == len(HEADS) - len(FUSING)
+    rng = np.random.default_rng(11)
+    feeds = {k: rng.standard_normal((2, *GRIDS[k], CHANNELS)).astype("float32") for k in GRIDS}
+    args = [next(v for v in feeds.values() if v.shape[1:] == tuple(shape[1:])) for _, _, shape, _ in fused.inputs]
+    got = fused.function()(*args)
+    want = _module_reference(feeds)
+    by_tensor = {t[:-2] if t.endswith(":0") else t: k for k, t in outputs.items()}
+    assert len(got) == len(want)
+    for name, value in got.items():
+        _close(value.numpy(), want[by_tensor[name]])
