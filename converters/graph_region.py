@@ -313,7 +313,7 @@ class Region:
 
     @property
     def dtype(self) -> Optional[str]:
-        return self.index.dtype(self.end.name)
+        return self.index.dtype(self.outputs[0])   # the end's, or an op's first output's
 
     def is_x(self, tensor: str) -> bool:
         return ref(tensor) == self.x
@@ -489,6 +489,8 @@ OPS: Dict[str, Callable] = {
     "Softplus": lambda n, a: np.logaddexp(0.0, a),
     # the shape arithmetic a decode writes (tf.shape, tf.range, tf.meshgrid, tf.split, tf.concat)
     "Shape": lambda n, a: np.asarray(a.shape, np.dtype(n.attrs.get("out_type", "int32"))),
+    "Size": lambda n, a: np.asarray(a.size, np.dtype(n.attrs.get("out_type", "int32"))),
+    "Rank": lambda n, a: np.asarray(a.ndim, np.int32),
     "StridedSlice": _strided_slice, "Slice": _slice,
     "Pack": lambda n, *a: np.stack(a, axis=int(n.attrs.get("axis", 0))),
     "Unpack": lambda n, a: tuple(np.moveaxis(a, int(n.attrs.get("axis", 0)), 0)),
