@@ -316,3 +316,15 @@ def test_the_module_as_a_tf1_frozen_pb_fuses_the_same(decoders, tmp_path):
     assert len(got) == len(want)
     for name, value in got.items():
         _close(value.numpy(), want[by_tensor[name]])
+
+
+def test_a_graph_pattern_tolerance_is_checked_when_a_spec_registers():
+    """GraphPattern.tolerance (the decode's 1e-5) is a small float or the spec is refused by field."""
+    import dataclasses
+    from bridge.ops import SpecError, registry
+    from bridge.ops.graph_fusion import GraphPattern
+    assert _decode.SPEC.graph_fusion[0].tolerance == 1e-5
+    for bad in (1.0, 0.0, "1e-5"):
+        pattern = GraphPattern("d", "x", ends=("Reshape",), ops=("Reshape",), identify=lambda r: "no", tolerance=bad)
+        with pytest.raises(SpecError, match=r"graph_fusion\[0\]\.tolerance.*must be a float in \(0, 0.01\)"):
+            registry.check(dataclasses.replace(_decode.SPEC, graph_fusion=(pattern,)), "test")
