@@ -95,7 +95,8 @@ def main(argv=None) -> int:
         print(json.dumps(result, indent=1))
     else:
         print(machine_line())
-        print(f"{args.model}-{args.size} width {args.width}{' with decode' if result['decode'] else ''}, batch 1, {args.repeat} rounds, load average "
+        decode = " with decode" if result["decode"] else ""
+        print(f"{args.model}-{args.size} width {args.width}{decode}, batch 1, {args.repeat} rounds, load average "
               f"{result['load_average']:.1f}; outputs differ by {diff:.3g}")
         from bridge.table import render
         rows = [[k] + [f"{t[m] * 1e3:.1f}" for m in MEASURES] for k, t in times.items()]

@@ -156,7 +156,8 @@ def _body(b, raw, *, outputs):
 # one scale_x_y (1.05 at stride 32: 8e-7 px, past the rewriter's 1e-6 for a box
 # near 0). A real near miss is off by far more (0.3 and up for those planted).
 _GRAPH_TOLERANCE = 1e-5
-GRAPH_OPS = ("Reshape", "Shape", "Size", "Rank", "StridedSlice", "Slice", "Pack", "Unpack", "ConcatV2", "SplitV", "Split", "Range",
+GRAPH_OPS = ("Reshape", "Shape", "Size", "Rank", "StridedSlice", "Slice", "Pack", "Unpack", "ConcatV2", "SplitV",
+             "Split", "Range",
              "Fill", "Tile", "BroadcastTo", "Transpose", "GatherV2", "Prod", "Cast", "ExpandDims", "Squeeze",
              "Identity", "ZerosLike", "OnesLike", "FloorDiv", "Mul", "AddV2", "Add", "Sub", "RealDiv", "Neg",
              "Reciprocal", "Sigmoid", "Exp", "Softplus")
