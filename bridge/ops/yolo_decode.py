@@ -154,7 +154,8 @@ def _body(b, raw, *, outputs):
 # A decode with scale_x_y != 1 holds s and (s - 1) / 2 as two float32 constants,
 # each rounded on its own: its centres sit up to ~3e-8 * stride pixels off any
 # one scale_x_y (1.05 at stride 32: 8e-7 px, past the rewriter's 1e-6 for a box
-# near 0). A real near miss is off by far more (0.3 and up for those planted).
+# near 0). A real near miss is off by far more (0.33 and up for those planted in
+# tests/test_graph_fuse_decode.py).
 _GRAPH_TOLERANCE = 1e-5
 GRAPH_OPS = ("Reshape", "Shape", "Size", "Rank", "StridedSlice", "Slice", "Pack", "Unpack", "ConcatV2", "SplitV",
              "Split", "Range",
