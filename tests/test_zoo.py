@@ -163,7 +163,7 @@ def test_saved_model_rows_are_compared_count_by_count():
                          f"  C{S}: nothing vs .keras CBL 1 (a matcher to fix)"], lines
     zoo.SAVED_DIFFERS["C"] = "the graph computes it otherwise"
     try:
-        assert zoo.saved_model_lines(rows)[2].endswith("(right: the graph computes it otherwise)")
+        assert zoo.saved_model_lines(rows)[2].endswith("(why: the graph computes it otherwise)")
     finally:
         del zoo.SAVED_DIFFERS["C"]
     assert "SavedModel rows" in zoo.summary(rows)
