@@ -880,27 +880,38 @@ def saved_model_lines(built: List[Row]) -> List[str]:
     lines = [f"SavedModel rows fusing what their .keras rows fuse: {len(pairs) - len(differ)}/{len(pairs)} "
              f"(in all: SavedModel {totals['SavedModel']}; .keras {totals['.keras']})"]
     for s, k in differ:
-        why = SAVED_DIFFERS.get(k.model)
-        lines.append(f"  {s.model}: {_counts(s.fused)} vs .keras {_counts(k.fused)}"
-                     + (f" (why: {why})" if why else " (a matcher to fix)"))
+        lines.append(f"  {s.model}: {_counts(s.fused)} vs .keras {_counts(k.fused)} ({_why_differ(s, k)})")
     return lines
+
+
+def _why_differ(saved: Row, keras_row: Row) -> str:
+    """Why a SavedModel row fuses other counts than its .keras twin: SAVED_DIFFERS,
+    else where the graph fuses more, the .keras road's own near misses of those
+    patterns (a layer its rewriter cannot copy), else a graph matcher to fix."""
+    why = SAVED_DIFFERS.get(keras_row.model)
+    if why:
+        return f"why: {why}"
+    more = [key for key in saved.fused if saved.fused[key] > keras_row.fused.get(key, 0)]
+    less = [key for key in keras_row.fused if keras_row.fused[key] > saved.fused.get(key, 0)]
+    misses = [m for key in more for m in keras_row.near_misses.get(key, [])]
+    if more and not less and misses:
+        return f"the .keras road's limit: {misses[0][:150]}"
+    graph = [m for key in less for m in saved.near_misses.get(key, [])]
+    return "a matcher to fix" + (f": {graph[0][:150]}" if graph else "")
 
 
 def _counts(fused: Dict[str, int]) -> str:
     return " ".join(f"{SHORT.get(k, k)} {v}" for k, v in sorted(fused.items())) or "nothing"
 
 
-# .keras row -> why its SavedModel twin fuses other counts, where that is no graph matcher's fault: the
-# graph cannot honestly be shown to compute the op there, or the .keras road's own limit
+# .keras row -> why its SavedModel twin fuses other counts, where that is no graph matcher's fault and the
+# .keras road's near misses do not say it: the graph cannot honestly be shown to compute the op there
 SAVED_DIFFERS: Dict[str, str] = {
     "albert-hub": "ALBERT calls one shared transformer layer for both of its layers: the .keras road fuses each "
                   "LayerNormalization layer once (3: the embeddings' and the shared layer's 2), the graph has each "
                   "call as nodes of its own (5 = 1 + 2 x 2); every layer norm is fused on both roads",
     "debertav3-hub": "DeBERTa-v3 layer-normalises its relative-position table, a weight: frozen, that layer norm "
                      "reads only constants and is folded into one (no node runs it), the other 5 fuse on both roads",
-    "gptneox-hub": "the .keras road's limit: it cannot copy keras_hub's GPTNeoXDecoder to rewrite it (its "
-                   "get_config holds decoder_sequence_shape, which its __init__ refuses: keras_hub's bug), so only "
-                   "the final layer norm fuses there; the graph fuses all 5",
 }
 
 

@@ -155,12 +155,18 @@ def test_saved_model_rows_are_compared_count_by_count():
             zoo.Row("B", "keras_hub", fused={"layer_norm": 3, "conv_bn_leaky": 2}),
             zoo.Row(f"B{S}", "keras_hub", fused={"layer_norm": 2, "conv_bn_leaky": 2}),
             zoo.Row("C", "keras_hub", fused={"conv_bn_leaky": 1}), zoo.Row(f"C{S}", "keras_hub"),
-            zoo.Row("D", "keras_hub", fused={"layer_norm": 1})]
+            zoo.Row("D", "keras_hub", fused={"layer_norm": 1}),
+            zoo.Row("E", "keras_hub", fused={"layer_norm": 1},
+                    near_misses={"layer_norm": ["inside XEncoder 'e0', which cannot be copied to fuse it"]}),
+            zoo.Row(f"E{S}", "keras_hub", fused={"layer_norm": 4})]
     lines = zoo.saved_model_lines(rows)
-    assert lines[0].startswith("SavedModel rows fusing what their .keras rows fuse: 1/3 "), lines
-    assert "SavedModel CBL 2 LN 7; .keras CBL 3 LN 8" in lines[0], lines
+    assert lines[0].startswith("SavedModel rows fusing what their .keras rows fuse: 1/4 "), lines
+    assert "SavedModel CBL 2 LN 11; .keras CBL 3 LN 9" in lines[0], lines
+    # the graph fusing more where the .keras road says why it could not: that road's near miss
     assert lines[1:] == [f"  B{S}: CBL 2 LN 2 vs .keras CBL 2 LN 3 (a matcher to fix)",
-                         f"  C{S}: nothing vs .keras CBL 1 (a matcher to fix)"], lines
+                         f"  C{S}: nothing vs .keras CBL 1 (a matcher to fix)",
+                         f"  E{S}: LN 4 vs .keras LN 1 (the .keras road's limit: inside XEncoder 'e0', which "
+                         f"cannot be copied to fuse it)"], lines
     zoo.SAVED_DIFFERS["C"] = "the graph computes it otherwise"
     try:
         assert zoo.saved_model_lines(rows)[2].endswith("(why: the graph computes it otherwise)")
