@@ -482,6 +482,7 @@ class Row:
     fused: Dict[str, int] = field(default_factory=dict)
     skipped: Dict[str, int] = field(default_factory=dict)
     near_misses: Dict[str, List[str]] = field(default_factory=dict)  # pattern -> its near misses' reasons
+    fusion_notes: List[str] = field(default_factory=list)  # the fusion report's notes (a graph it cannot freeze)
     roads: Dict[str, str] = field(default_factory=dict)      # road -> "pass" | why not
     errors: Dict[str, float] = field(default_factory=dict)   # parity runtime -> max abs error (worst output)
     export_s: Optional[float] = None    # bridge export --to onnx, wall seconds
@@ -618,6 +619,7 @@ def _read_fusion(row: Row, fusion: dict) -> None:
     row.skipped = {k: len(v["skipped"]) for k, v in patterns.items() if v["skipped"]}
     row.near_misses = {k: sorted({s["reason"][:160] for s in v["skipped"]})[:4] for k, v in patterns.items()
                        if v["skipped"]}
+    row.fusion_notes = [n[:300] for n in fusion.get("notes", []) if "declares Keras patterns only" not in n]
 
 
 def _fuse_only(row: Row, src) -> None:
@@ -896,7 +898,7 @@ def _why_differ(saved: Row, keras_row: Row) -> str:
     misses = [m for key in more for m in keras_row.near_misses.get(key, [])]
     if more and not less and misses:
         return f"the .keras road's limit: {misses[0][:150]}"
-    graph = [m for key in less for m in saved.near_misses.get(key, [])]
+    graph = [m for key in less for m in saved.near_misses.get(key, [])] + saved.fusion_notes
     return "a matcher to fix" + (f": {graph[0][:150]}" if graph else "")
 
 
@@ -912,6 +914,10 @@ SAVED_DIFFERS: Dict[str, str] = {
                   "call as nodes of its own (5 = 1 + 2 x 2); every layer norm is fused on both roads",
     "debertav3-hub": "DeBERTa-v3 layer-normalises its relative-position table, a weight: frozen, that layer norm "
                      "reads only constants and is folded into one (no node runs it), the other 5 fuse on both roads",
+    "segformer-hub": "keras_hub's SegFormer serves its linear_fuse BatchNormalization in training mode: "
+                     "model.export's graph writes the moving statistics (AssignVariableOp) and a row's output "
+                     "depends on its batch (0.99 apart alone and in a batch of 2), so it is no inference graph to "
+                     "freeze and passes through unfused; the .keras road fuses its encoder's 4 layer norms",
 }
 
 
