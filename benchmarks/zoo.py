@@ -537,6 +537,7 @@ FUSE = "fuse"   # a road of its own (--roads fuse): the export's fusing step onl
 
 def run_model(zm: ZooModel, size: int, work: str, repeat: int = 20, roads=ROADS) -> Row:
     t_start = time.perf_counter()
+    exported_at = ""
     size = max(size, zm.min_size)
     row = Row(zm.name, zm.family, size=str(size))
     import keras
@@ -551,7 +552,7 @@ def run_model(zm: ZooModel, size: int, work: str, repeat: int = 20, roads=ROADS)
             built.save(path)
             if zm.saved:  # the same calibrated model as its team serves it
                 path = os.path.join(work, f"{zm.name}.savedmodel")
-                built.export(path, verbose=False)
+                exported_at = _export(built, path)
             args[0] = path
         src = modelsource.resolve(args[0], config=_config_dict(zm.name))  # the model as the commands see it
     except Exception as e:
@@ -564,6 +565,7 @@ def run_model(zm: ZooModel, size: int, work: str, repeat: int = 20, roads=ROADS)
             f" ({src.sample.origin})"
     if FUSE in roads:
         _fuse_only(row, src)
+        row.fusion_notes += [exported_at] if exported_at else []
         row.seconds = time.perf_counter() - t_start
         return row
 
@@ -610,6 +612,28 @@ def run_model(zm: ZooModel, size: int, work: str, repeat: int = 20, roads=ROADS)
     _plain_tf2onnx(row, src, onnx_path, feeds[0], repeat)
     row.seconds = time.perf_counter() - t_start
     return row
+
+
+def _export(model, path: str) -> str:
+    """`model.export(path)`: its dims left open as Keras leaves them; where the
+    model cannot be traced so (keras_hub's RWKV7 loops over its length in
+    Python: "'SymbolicTensor' object cannot be interpreted as an integer"), at
+    bridge's sample of them, the batch still open, as its team would serve it;
+    then what it was fixed at ("" when nothing was)."""
+    try:
+        model.export(path, verbose=False)
+        return ""
+    except Exception as e:  # noqa: BLE001 - any trace failure: once more at fixed dims
+        first = str(e).strip().splitlines()[0][:120] if str(e).strip() else type(e).__name__
+    import tensorflow as tf
+    from bridge import modelsource
+    src = modelsource.from_object(model)
+    shapes = src.concrete_shapes()
+    specs = [tf.TensorSpec((None,) + tuple(shapes[i.name][1:]), i.dtype, name=i.name) for i in src.inputs]
+    shutil.rmtree(path, ignore_errors=True)
+    model.export(path, verbose=False, input_signature=[modelsource.keras_call_args(model, specs)])
+    return (f"exported at fixed dims {', '.join(f'{k}{list(v[1:])}' for k, v in shapes.items())} (batch open): "
+            f"model.export at open dims failed ({first})")
 
 
 def _read_fusion(row: Row, fusion: dict) -> None:
