@@ -377,12 +377,15 @@ def export(source, output: str, *, mode: Optional[str] = None, quantize: Optiona
         try:
             data = _converted(source, model, mode, quantize, fuse, verbose, summary)
         except TFLiteExportError as e:
-            if not road_limits.is_tensor_list_failure(e) or not any(
+            if not road_limits.static_may_help(e) or not any(
                     d is None for i in source.inputs for d in i.shape):
                 raise
             source = _at_sample(source)  # verified at these shapes too
-            data = _converted(source, model, mode, quantize, fuse, verbose, summary)
-            summary.append(road_limits.static_note({i.name: i.shape for i in source.inputs}))
+            try:
+                data = _converted(source, model, mode, quantize, fuse, verbose, summary)
+            except TFLiteExportError:
+                raise e from None  # static shapes did not help: the failure at the model's own dims
+            summary.append(road_limits.static_note({i.name: i.shape for i in source.inputs}, e))
     from bridge.tflite_inspect import inspect_tflite
     info = inspect_tflite(data)
     custom: Dict[str, List[dict]] = {}

@@ -162,12 +162,15 @@ class TFLite(Runtime):
         static = False
         try:
             data = exported(source, "lowered", self.quantize)
-        except Unavailable as e:  # a recurrent layer's tensor lists lower only at static shapes
-            if not road_limits.is_tensor_list_failure(e):
+        except Unavailable as e:  # tensor lists, and some flex ops, lower only at static shapes
+            if not road_limits.static_may_help(e):
                 raise
             static = True
-            data = exported(source, "lowered", self.quantize, static=True)
-            self.description = f"{self.description}; {road_limits.static_note(source.input_shapes)}"
+            try:
+                data = exported(source, "lowered", self.quantize, static=True)
+            except Unavailable:
+                raise e from None
+            self.description = f"{self.description}; {road_limits.static_note(source.input_shapes, e)}"
         if source.kind == "keras" and source.output_precision():
             self.description = f"{self.description}; {FLOAT32_NOTE}"
         if source.kind == "savedmodel":
