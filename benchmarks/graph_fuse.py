@@ -1,10 +1,11 @@
 """A SavedModel of the unfused model against `bridge fuse`'s output, in
 TensorFlow, side by side in one run (issue 24's speed claim: YOLOv3-416 >= 1.5x).
 
-    python benchmarks/graph_fuse.py [--model yolov3] [--size 416] [--width 1.0] [--repeat 7] [--json]
+    python benchmarks/graph_fuse.py [--model yolov3] [--size 416] [--width 1.0] [--repeat 7] [--no-decode] [--json]
 
 The built-in model is built unfused (random weights, BatchNorm statistics
-non-trivial), saved with `model.export` as its team would serve it, rewritten
+non-trivial; a YOLO with its decode heads, as a detector is served, unless
+--no-decode), saved with `model.export` as its team would serve it, rewritten
 by graph_fuse.fuse_graph and saved again (`bridge fuse` does exactly this); both
 SavedModels are reloaded and their serving signatures timed in alternating
 rounds at batch 1, beside the .keras road (the Keras model unfused and fused by
@@ -41,6 +42,8 @@ def main(argv=None) -> int:
     p.add_argument("--size", type=int, default=416, help="input size (default 416)")
     p.add_argument("--width", type=float, default=1.0, help="channel width multiplier (default 1.0: 62 M params)")
     p.add_argument("--repeat", type=int, default=7, help="timed rounds (default 7)")
+    p.add_argument("--no-decode", dest="decode", action="store_false",
+                   help="a YOLO without its decode heads (the raw head outputs, as before YoloDecode fused in graphs)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     args = p.parse_args(argv)
 
@@ -50,7 +53,7 @@ def main(argv=None) -> int:
     from bridge.converters.graph_fuse import fuse_graph
     work = tempfile.mkdtemp(prefix="bridge-graph-fuse-")
     t0 = time.perf_counter()
-    config = {"input_size": args.size} if args.model.startswith("yolo") else {}
+    config = {"input_size": args.size, "decode": args.decode} if args.model.startswith("yolo") else {}
     if args.width != 1.0:
         config["width"] = args.width
     model = models.build(args.model, **config)
@@ -82,7 +85,8 @@ def main(argv=None) -> int:
     ratios = {m: times["unfused"][m] / times["fused"][m] for m in MEASURES}
     keras_ratios = {m: times["keras unfused"][m] / times["keras fused"][m] for m in MEASURES}
     ratio = ratios["cpu_median"]
-    result = {"model": args.model, "size": args.size, "width": args.width, "rounds": args.repeat,
+    result = {"model": args.model, "size": args.size, "width": args.width, "decode": config.get("decode", False),
+              "rounds": args.repeat,
               "ms": {k: {m: v * 1e3 for m, v in t.items()} for k, t in times.items()},
               "ratio": ratios, "keras_road_ratio": keras_ratios, "load_average": os.getloadavg()[0],
               "fuse_s": fuse_s, "max_abs_diff": diff, "fused_counts_graph_vs_keras": counts,
@@ -91,7 +95,8 @@ def main(argv=None) -> int:
         print(json.dumps(result, indent=1))
     else:
         print(machine_line())
-        print(f"{args.model}-{args.size} width {args.width}, batch 1, {args.repeat} rounds, load average "
+        decode = " with decode" if result["decode"] else ""
+        print(f"{args.model}-{args.size} width {args.width}{decode}, batch 1, {args.repeat} rounds, load average "
               f"{result['load_average']:.1f}; outputs differ by {diff:.3g}")
         from bridge.table import render
         rows = [[k] + [f"{t[m] * 1e3:.1f}" for m in MEASURES] for k, t in times.items()]

@@ -2,8 +2,12 @@
 runtime on one model, outputs only and with --per-layer, each mode in its own
 process (as a user runs it), with every stage timed: building the model,
 fusing, each export and conversion, each runtime's prepare and run, with the
-peak resident memory of each stage. Target: YOLOv3-416 (62 M parameters,
-66 GFLOP) under a minute in both modes on two cores.
+peak resident memory of each stage, and its CPU seconds (every thread; on a
+shared machine the wall time stretches with the load, the CPU time much less).
+Target: YOLOv3-416 (62 M parameters, 66 GFLOP) under a minute in both modes on
+two cores. The TFLite conversions come from bridge's cache
+(bridge.converters.tflite_cache) once converted: `--cold` runs each mode with an
+empty cache of its own, as a first run does.
 
     python benchmarks/parity.py                      # yolov3 at 416
     python benchmarks/parity.py --model yolov3-tiny --config input_size=96 --json
@@ -45,10 +49,11 @@ def one_run(model: str, config: dict, runtimes, per_layer: bool) -> dict:
                          for r in report.runtimes}}
 
 
-def in_child(model: str, config: dict, runtimes, per_layer: bool) -> dict:
+def in_child(model: str, config: dict, runtimes, per_layer: bool, cold: bool = False) -> dict:
     """`one_run` in a fresh interpreter: wall time includes importing TensorFlow,
-    and no mode inherits the other's memory."""
+    and no mode inherits the other's memory. `cold`: with an empty TFLite cache."""
     with tempfile.TemporaryDirectory() as tmp:
+        env = dict(os.environ, BRIDGE_TFLITE_CACHE=os.path.join(tmp, "tflite")) if cold else None
         out = os.path.join(tmp, "run.json")
         cmd = [sys.executable, os.path.abspath(__file__), "--child", out, "--model", model,
                "--config-json", json.dumps(config)]
@@ -56,16 +61,27 @@ def in_child(model: str, config: dict, runtimes, per_layer: bool) -> dict:
             cmd += ["--runtimes", ",".join(runtimes)]
         if per_layer:
             cmd.append("--per-layer")
+        load_before = os.getloadavg()[0]
+        cpu0 = _children_cpu()
         t0 = time.perf_counter()
-        proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
         wall = time.perf_counter() - t0
+        cpu = _children_cpu() - cpu0
         if proc.returncode != 0 or not os.path.exists(out):
             tail = "\n".join(proc.stderr.strip().splitlines()[-5:])
             return {"error": f"exit {proc.returncode}: {tail}", "wall_s": wall}
         with open(out) as f:
             data = json.load(f)
-    data["wall_s"] = wall
+    data.update(wall_s=wall, cpu_s=cpu, load_before=round(load_before, 1), load_after=round(os.getloadavg()[0], 1))
     return data
+
+
+def _children_cpu() -> float:
+    """User + system CPU seconds of the finished child processes (the mode's
+    whole process, TensorFlow's import included)."""
+    import resource
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 def _mb(value) -> str:
@@ -78,6 +94,7 @@ def main(argv=None) -> int:
     p.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--runtimes", help="comma-separated (default: the default runtimes)")
     p.add_argument("--modes", default=",".join(MODES), help="outputs,per-layer (default both)")
+    p.add_argument("--cold", action="store_true", help="each mode with an empty TFLite cache (a first run)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--config-json", help=argparse.SUPPRESS)
@@ -96,22 +113,26 @@ def main(argv=None) -> int:
         config["input_size"] = 416
     out = {"model": args.model, "config": config, "cpus": os.cpu_count(), "runs": {}}
     for mode in [m for m in args.modes.split(",") if m]:
-        out["runs"][mode] = in_child(args.model, config, runtimes, MODES[mode])
+        out["runs"][mode] = in_child(args.model, config, runtimes, MODES[mode], args.cold)
     if args.json:
         print(json.dumps(out, indent=1))
         return 0
-    print(f"bridge parity {args.model} {config}, {os.cpu_count()} CPUs, one process per mode")
+    print(f"bridge parity {args.model} {config}, {os.cpu_count()} CPUs, one process per mode"
+          + (", each with an empty TFLite cache" if args.cold else ""))
     for mode, run in out["runs"].items():
         print()
         if "error" in run:
             print(f"{mode}: failed after {run['wall_s']:.1f} s: {run['error']}")
             continue
-        rows = [["  " * s["depth"] + s["stage"], s["seconds"], _mb(s["peak_rss_mb"])] for s in run["stages"]]
-        rows.append(["(whole process: import, build, run)", run["wall_s"], _mb(run["peak_rss_mb"])])
+        rows = [["  " * s["depth"] + s["stage"], s["seconds"], s.get("cpu_seconds", "-"), _mb(s["peak_rss_mb"])]
+                for s in run["stages"]]
+        rows.append(["(whole process: import, build, run)", run["wall_s"], run.get("cpu_s", "-"),
+                     _mb(run["peak_rss_mb"])])
         print(f"{mode}: {'PASS' if run['passed'] else 'FAIL'}, {run['wall_s']:.1f} s wall, "
-              f"peak RSS {_mb(run['peak_rss_mb'])} MB")
+              f"{run.get('cpu_s', float('nan')):.1f} s CPU, peak RSS {_mb(run['peak_rss_mb'])} MB")
         print(machine_line())
-        print(render([f"stage ({mode})", "seconds", "peak RSS MB"], rows, align="lrr"))
+        print(f"# load average at the start {run.get('load_before', '-')}, at the end {run.get('load_after', '-')}")
+        print(render([f"stage ({mode})", "seconds", "CPU s", "peak RSS MB"], rows, align="lrrr"))
         skipped = [f"{n}: {r['reason']}" for n, r in run["runtimes"].items() if r["status"] != "ok" and
                    r["status"] != "reference"]
         for line in skipped:

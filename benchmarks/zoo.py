@@ -7,10 +7,15 @@ side in one run.
     python benchmarks/zoo.py --quick            # a handful of small models (CI runs this)
     python benchmarks/zoo.py                    # every model (a benchmark: long)
     python benchmarks/zoo.py --only ResNet50,bert-hub --size 64 --json zoo.json
+    python benchmarks/zoo.py --roads fuse --json counts.json   # fused counts only (SavedModel vs .keras)
 
 Models: every `keras.applications` model (weights=None, at the smallest size it
 allows or --size), keras_hub backbones from small configs (when keras-hub is
-installed: the `zoo` extra), and bridge's built-ins. Weights are at realistic
+installed: the `zoo` extra), each again as a SavedModel (`model.export`, fused at
+graph level: its counts must equal the .keras row's), bridge's built-ins, and
+models as teams have them (recurrent, mixed_float16, a length left open, a
+registered custom layer given with --import). No row gives --input-shape: a
+model's open dims are run at bridge's sample shape. Weights are at realistic
 scales (`calibrate`): the BN ending each residual branch scaled by
 1/sqrt(branches), every BatchNormalization's statistics calibrated on 32
 generated inputs other than parity's (a training-mode pass with momentum 0 and
@@ -40,7 +45,7 @@ import tempfile
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -58,10 +63,10 @@ class ZooModel:
     name: str
     family: str                          # keras.applications | keras_hub | built-in
     build: Callable[[int], object]       # size -> keras.Model (or a built-in name)
-    shapes: Callable[[int], Dict[str, tuple]]   # size -> {input name: full shape}
     min_size: int = 32
     quick: bool = False
     saved: bool = False                  # taken as a SavedModel (model.export): fused at graph level
+    imports: Tuple[str, ...] = ()        # --import files the model's classes come from (a team's layers)
 
 
 APPLICATIONS = {  # name: smallest input size keras.applications accepts
@@ -223,19 +228,6 @@ HUB = {  # keras_hub class: (small config, quick)
                                hidden_dim=16, intermediate_dim=32, encoder_num_heads=2, decoder_num_heads=2,
                                max_position_embeddings=64), False),
 }
-# models whose inputs are not all images or all token ids: {input name: full shape}
-HUB_INPUTS = {
-    "WhisperBackbone": {"encoder_features": (1, 16, 8), "decoder_token_ids": (1, SEQ),
-                        "decoder_padding_mask": (1, SEQ)},
-    "CLIPBackbone": {"images": (1, 32, 32, 3), "token_ids": (1, SEQ)},
-    "SigLIPBackbone": {"images": (1, 32, 32, 3), "token_ids": (1, SEQ)},
-    "PARSeqBackbone": {"images": (1, 32, 32, 3), "token_ids": (1, PARSEQ_LABEL), "padding_mask": (1, PARSEQ_LABEL)},
-    # 0.1 s of 16 kHz audio (the encoder's convolutions stride 64, 3 and 2)
-    "MoonshineBackbone": {"encoder_input_values": (1, 1600, 1), "encoder_padding_mask": (1, 1600),
-                          "decoder_token_ids": (1, SEQ), "decoder_padding_mask": (1, SEQ)},
-}
-
-
 def _application(name):
     def build(size):
         import keras
@@ -249,21 +241,6 @@ def _hub(cls, config):
         parts = {k: getattr(keras_hub.models, v.cls)(**v.config) for k, v in config.items() if isinstance(v, Part)}
         return getattr(keras_hub.models, cls)(**{**config, **parts})
     return build
-
-
-def _image_shapes(size):
-    return {"": (1, size, size, 3)}
-
-
-def _hub_shapes(cls, config):
-    if cls in HUB_INPUTS:
-        return lambda size: HUB_INPUTS[cls]
-    parts = [v.config for v in config.values() if isinstance(v, Part)]  # SegFormer: its encoder's
-    image = next((c.get("image_shape", c.get("input_shape")) for c in [config] + parts
-                  if c.get("image_shape", c.get("input_shape")) is not None), None)
-    if image is not None:
-        return lambda size: {"": (1, *image)}
-    return lambda size: "tokens"  # every input [1, SEQ]; names read from the model
 
 
 def _tagger(size):
@@ -309,38 +286,44 @@ def _mixed_cnn(size):
 
 
 def models() -> List[ZooModel]:
-    out = [ZooModel(n, "keras.applications", _application(n), _image_shapes, m, n in QUICK_APPLICATIONS)
+    """Every row. No row gives --input-shape: a model's dims are what it was built
+    with (an application at `size`, a keras_hub backbone at its config's image
+    shape, a sequence left open), and bridge runs the open ones at its sample
+    shape (batch 1; a length from the model's config or its default)."""
+    out = [ZooModel(n, "keras.applications", _application(n), m, n in QUICK_APPLICATIONS)
            for n, m in sorted(APPLICATIONS.items(), key=lambda kv: kv[0] in HEAVY)]
     for cls, (config, quick) in HUB.items():
-        out.append(ZooModel(cls.replace("Backbone", "").lower() + "-hub", "keras_hub", _hub(cls, config),
-                            _hub_shapes(cls, config), 32, quick))
-    out += [ZooModel("yolov3-tiny", "built-in", lambda size: "yolov3-tiny", lambda size: {"": (1, 96, 96, 3)},
-                     96, True),
-            ZooModel("yolov3", "built-in", lambda size: "yolov3", lambda size: {"": (1, 96, 96, 3)}, 96),
-            ZooModel("bert", "built-in", lambda size: "bert", lambda size: "tokens"),
-            ZooModel("minilm", "built-in", lambda size: "minilm", lambda size: "tokens")]
+        out.append(ZooModel(cls.replace("Backbone", "").lower() + "-hub", "keras_hub", _hub(cls, config), 32, quick))
+    out += [ZooModel(name, "built-in", lambda size, n=name: n, 96 if name.startswith("yolo") else 32,
+                     name == "yolov3-tiny") for name in BUILTIN_CONFIG]
     # every keras.applications and keras_hub model again as a SavedModel (model.export): graph-level
     # fusion must fuse what its .keras row fuses (summary: "SavedModel rows")
-    out += [ZooModel(f"{m.name}{SAVED_SUFFIX}", m.family, m.build, m.shapes, m.min_size, m.name in QUICK_SAVED,
-                     saved=True)
+    out += [ZooModel(f"{m.name}{SAVED_SUFFIX}", m.family, m.build, m.min_size, m.name in QUICK_SAVED, saved=True)
             for m in list(out) if m.family in ("keras.applications", "keras_hub")]
-    # models as teams have them: no --input-shape (only the batch is open)
-    out += [ZooModel("lstm-bigru-tagger", "keras (user)", _tagger, lambda size: {}),
-            ZooModel("mixed-float16-cnn", "keras (user)", _mixed_cnn, lambda size: {}),
-            ZooModel("text-classifier-dynamic", "keras (user)", _text_classifier, lambda size: {}, quick=True)]
-    # keras_hub backbones as keras_hub saves them: every dim but the hidden size open, no --input-shape
-    out += [ZooModel(cls.replace("Backbone", "").lower() + "-hub-dynamic", "keras_hub", _hub(cls, HUB[cls][0]),
-                     lambda size: {}) for cls in DYNAMIC_HUB]
+    # models as teams have them (only the batch open, or the length too)
+    out += [ZooModel("lstm-bigru-tagger", "keras (user)", _tagger),
+            ZooModel("mixed-float16-cnn", "keras (user)", _mixed_cnn),
+            ZooModel("text-classifier-dynamic", "keras (user)", _text_classifier, quick=True),
+            # a team's registered Keras layer: its .keras file loads only with --import of the module defining it
+            ZooModel("custom-layer-cnn", "keras (user)", _custom_layer_cnn, imports=(CUSTOM_LAYERS,))]
     return out
 
 
 SAVED_SUFFIX = "-savedmodel"
-DYNAMIC_HUB = ("BertBackbone", "GPT2Backbone")   # rows with their sequence length left open
 QUICK_SAVED = ("cspnet-hub",)   # --quick's SavedModel row: 13 Conv-BN-LeakyReLU blocks at slope 0.01
+CUSTOM_LAYERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zoo_custom_layers.py")
+
+# built-in models: their --config (input_size is the model as built: an image side, "?" a length left open)
+BUILTIN_CONFIG = {"yolov3-tiny": ["width=0.25", "input_size=96"], "yolov3": ["width=0.25", "input_size=96"],
+                  "bert": ["layers=1", "hidden=32", "heads=2", "intermediate=64", "vocab_size=101", "input_size=?"],
+                  "minilm": ["input_size=?"]}
 
 
-BUILTIN_CONFIG = {"yolov3-tiny": ["width=0.25"], "yolov3": ["width=0.25"],
-                  "bert": ["layers=1", "hidden=32", "heads=2", "intermediate=64", "vocab_size=101"]}
+def _custom_layer_cnn(size):
+    """A team's classifier with its own registered layer (benchmarks/zoo_custom_layers.py)."""
+    from bridge import team_imports
+    layers_module, = team_imports.import_modules([CUSTOM_LAYERS])  # the module --import loads, once per process
+    return layers_module.classifier(size)
 
 
 # -- realistic random weights -------------------------------------------------------
@@ -493,10 +476,13 @@ def calibrate_logits(model, feeds_list) -> int:
 class Row:
     model: str
     family: str
-    size: str = ""
+    size: str = ""                      # the inputs' shapes in the model, ? where it leaves a dim open
+    sample: str = ""                    # the shapes its runs take (bridge's sample of the open dims), where any
     built: str = ""                     # "" when built, else why not
     fused: Dict[str, int] = field(default_factory=dict)
     skipped: Dict[str, int] = field(default_factory=dict)
+    near_misses: Dict[str, List[str]] = field(default_factory=dict)  # pattern -> its near misses' reasons
+    fusion_notes: List[str] = field(default_factory=list)  # the fusion report's notes (a graph it cannot freeze)
     roads: Dict[str, str] = field(default_factory=dict)      # road -> "pass" | why not
     errors: Dict[str, float] = field(default_factory=dict)   # parity runtime -> max abs error (worst output)
     export_s: Optional[float] = None    # bridge export --to onnx, wall seconds
@@ -539,56 +525,49 @@ def _why(rc, out, err) -> str:
     return (lines[-1] if lines else f"exit {rc}")[:300]
 
 
-def _source_args(zm: ZooModel, size: int, path: Optional[str], model) -> List[str]:
-    shapes = zm.shapes(size)
-    if shapes == "tokens":
-        from bridge.modelsource import keras_input_names
-        shapes = {n: (1, SEQ) for n in keras_input_names(model)}
-    args = [path if path else zm.build(size)]
-    for name, shape in shapes.items():
-        args += ["--input-shape", (f"{name}:" if name else "") + ",".join(map(str, shape))]
-    args += [a for kv in BUILTIN_CONFIG.get(zm.name, []) for a in ("--config", kv)]
-    return args
+def _source_args(zm: ZooModel, model_arg: str) -> List[str]:
+    """MODEL and the flags every command of the row gets: a built-in's --config, a
+    team's --import; never --input-shape (the model's open dims are bridge's to sample)."""
+    args = [model_arg] + [a for kv in BUILTIN_CONFIG.get(zm.name, []) for a in ("--config", kv)]
+    return args + [a for f in zm.imports for a in ("--import", f)]
+
+
+FUSE = "fuse"   # a road of its own (--roads fuse): the export's fusing step only, its counts recorded
 
 
 def run_model(zm: ZooModel, size: int, work: str, repeat: int = 20, roads=ROADS) -> Row:
     t_start = time.perf_counter()
+    exported_at = ""
     size = max(size, zm.min_size)
     row = Row(zm.name, zm.family, size=str(size))
     import keras
     keras.utils.set_random_seed(0)  # the same random weights every run: a row means the same model each time
+    from bridge import modelsource
     try:
-        built = zm.build(size)
+        built = zm.build(size)  # a built-in: its name (bridge builds it itself, as the commands do, from --config)
+        args = _source_args(zm, built if isinstance(built, str) else "")
+        if not isinstance(built, str):
+            calibrate(built, calibration_feeds(modelsource.from_object(built)))
+            path = os.path.join(work, f"{zm.name}.keras")
+            built.save(path)
+            if zm.saved:  # the same calibrated model as its team serves it
+                path = os.path.join(work, f"{zm.name}.savedmodel")
+                exported_at = _export(built, path)
+            args[0] = path
+        src = modelsource.resolve(args[0], config=_config_dict(zm.name))  # the model as the commands see it
     except Exception as e:
         row.built = f"not built: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
         return row
-    path, model = None, None
-    if isinstance(built, str):  # a built-in: bridge builds it itself
-        from bridge import models as builtin
-        try:
-            size_arg = zm.min_size if zm.name.startswith("yolo") else SEQ
-            model = builtin.build(built, input_size=size_arg, **_config_dict(zm.name))
-        except Exception as e:
-            row.built = f"not built: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
-            return row
-    else:
-        model = built
-    args = _source_args(zm, size, None if isinstance(built, str) else "MODEL", model)
-    from bridge import modelsource
-    src = modelsource.from_object(model, input_shapes=_shape_map(args))
-    if not isinstance(built, str):
-        calibrate(model, calibration_feeds(src))
-        path = os.path.join(work, f"{zm.name}.keras")
-        model.save(path)
-        if zm.saved:  # the same calibrated model as its team serves it
-            path = os.path.join(work, f"{zm.name}.savedmodel")
-            model.export(path, verbose=False)
-        args[0] = path
-        src = modelsource.resolve(path, input_shapes=_shape_map(args))  # the file, as the commands see it
-    else:
-        args[0] = built
     feeds = [src.sample_inputs(seed=0)]  # parity's input
     row.size = ",".join("x".join("?" if d is None else str(d) for d in i.shape) for i in src.inputs)
+    if any(d is None for i in src.inputs for d in i.shape[1:]):
+        row.sample = ",".join("x".join(map(str, s)) for s in src.concrete_shapes().values()) + \
+            f" ({src.sample.origin})"
+    if FUSE in roads:
+        _fuse_only(row, src)
+        row.fusion_notes += [exported_at] if exported_at else []
+        row.seconds = time.perf_counter() - t_start
+        return row
 
     # bridge export --to onnx (custom): the timed export, the file the speed run uses
     onnx_path = os.path.join(work, f"{zm.name}.onnx")
@@ -604,8 +583,7 @@ def run_model(zm: ZooModel, size: int, work: str, repeat: int = 20, roads=ROADS)
             except ValueError:
                 fusion = None
         if isinstance(fusion, dict):
-            row.fused = {k: v["fused"] for k, v in fusion["patterns"].items() if v["fused"]}
-            row.skipped = {k: len(v["skipped"]) for k, v in fusion["patterns"].items() if v["skipped"]}
+            _read_fusion(row, fusion)
     for road, extra in (("lowered", ["--to", "onnx", "--mode", "lowered"]), ("tflite", ["--to", "tflite"]),
                         ("ge", ["--to", "ge"])):
         if road not in roads:
@@ -636,21 +614,65 @@ def run_model(zm: ZooModel, size: int, work: str, repeat: int = 20, roads=ROADS)
     return row
 
 
+def _export(model, path: str) -> str:
+    """`model.export(path)`: its dims left open as Keras leaves them; where the
+    model cannot be traced so (keras_hub's RWKV7 loops over its length in
+    Python: "'SymbolicTensor' object cannot be interpreted as an integer"), at
+    bridge's sample of them, the batch still open, as its team would serve it;
+    then what it was fixed at ("" when nothing was)."""
+    try:
+        model.export(path, verbose=False)
+        return ""
+    except Exception as e:  # noqa: BLE001 - any trace failure: once more at fixed dims
+        first = str(e).strip().splitlines()[0][:120] if str(e).strip() else type(e).__name__
+    import tensorflow as tf
+    from bridge import modelsource
+    src = modelsource.from_object(model)
+    shapes = src.concrete_shapes()
+    specs = [tf.TensorSpec((None,) + tuple(shapes[i.name][1:]), i.dtype, name=i.name) for i in src.inputs]
+    shutil.rmtree(path, ignore_errors=True)
+    model.export(path, verbose=False, input_signature=[modelsource.keras_call_args(model, specs)])
+    return (f"exported at fixed dims {', '.join(f'{k}{list(v[1:])}' for k, v in shapes.items())} (batch open): "
+            f"model.export at open dims failed ({first})")
+
+
+def _read_fusion(row: Row, fusion: dict) -> None:
+    """The fused counts and near misses of a fusion report (FuseReport.to_dict)."""
+    patterns = fusion.get("patterns", {})
+    row.fused = {k: v["fused"] for k, v in patterns.items() if v["fused"]}
+    row.skipped = {k: len(v["skipped"]) for k, v in patterns.items() if v["skipped"]}
+    row.near_misses = {k: sorted({s["reason"][:160] for s in v["skipped"]})[:4] for k, v in patterns.items()
+                       if v["skipped"]}
+    row.fusion_notes = [n[:300] for n in fusion.get("notes", []) if "declares Keras patterns only" not in n]
+
+
+def _fuse_only(row: Row, src) -> None:
+    """The fuse road: the step every export starts with (shared_steps.model_to_export:
+    the Keras rewriter for a .keras file, graph-level fusion for a SavedModel), run
+    alone; its report's counts. No conversion, no verification: the cheap sweep
+    that compares a SavedModel's fused counts with its .keras twin's."""
+    from bridge.converters import shared_steps
+    from bridge.exporting import Progress
+    summary_lines, details = [], {}
+    t0 = time.perf_counter()
+    try:
+        shared_steps.model_to_export(src, True, Progress(enabled=False), summary_lines, details)
+    except Exception as e:
+        row.roads[FUSE] = f"crash: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+        return
+    row.export_s = time.perf_counter() - t0
+    fusion = details.get("fusion")
+    fusion = json.loads(fusion) if isinstance(fusion, str) and fusion.startswith("{") else fusion
+    if not isinstance(fusion, dict):
+        row.roads[FUSE] = f"no fusion report: {' '.join(summary_lines)[:200]}"
+        return
+    _read_fusion(row, fusion)
+    row.roads[FUSE] = "pass"
+
+
 def _config_dict(name):
-    out = {}
-    for kv in BUILTIN_CONFIG.get(name, []):
-        k, v = kv.split("=")
-        out[k] = float(v) if "." in v else int(v)
-    return out
-
-
-def _shape_map(args):
-    out = {}
-    for i, a in enumerate(args):
-        if a == "--input-shape":
-            name, sep, dims = args[i + 1].rpartition(":")
-            out[name] = tuple(int(d) for d in dims.split(","))
-    return out
+    from bridge.commands._options import parse_config  # the commands' own reading of --config
+    return parse_config(BUILTIN_CONFIG.get(name, []))
 
 
 NOT_VERIFIED = "not verified"
@@ -831,13 +853,29 @@ def _num(v, digits):
 def summary(rows: List[Row]) -> str:
     built = [r for r in rows if not r.built]
     lines = [f"{len(built)}/{len(rows)} models built"]
-    for road in ROADS:
+    for road in ROADS + (FUSE,):
         ran = [r for r in built if road in r.roads]
         if ran:
             ill = sum(r.roads[road].startswith(ILL) for r in ran)
             lines.append(f"{road}: {sum(r.roads[road].startswith('pass') for r in ran)}/{len(ran)} pass"
                          + (f", {ill} ill-conditioned (float32 cannot resolve them; neither pass nor FAIL)"
                             if ill else ""))
+    lines += _export_lines([r for r in built if "onnx" in r.roads])
+    lines += saved_model_lines(built)
+    fails = [(r.model, k, v) for r in built for k, v in r.roads.items() if v != "pass"]  # ok* says how
+    fails += [(r.model, "plain tf2onnx", r.plain) for r in built if "onnx" in r.roads and r.plain != "converts"]
+    fails += [(r.model, "build", r.built) for r in rows if r.built]
+    if fails:
+        lines.append("why not:")
+        lines += [f"  {m} {k}: {v}" for m, k, v in fails]
+    return "\n".join(lines)
+
+
+def _export_lines(built: List[Row]) -> List[str]:
+    """bridge's onnx export against plain tf2onnx (rows that ran the onnx road)."""
+    if not built:
+        return []
+    lines = []
     plain_ok = sum(r.plain == "converts" for r in built)
     ill_bridge = sum(r.roads.get("onnx", "").startswith(ILL) for r in built)
     ill_plain = sum(r.plain == f"converts ({ILL})" for r in built)
@@ -849,20 +887,62 @@ def summary(rows: List[Row]) -> str:
         ratio = np.exp(np.mean([np.log(r.plain_ort_ms / r.ort_ms) for r in both]))
         lines.append(f"onnxruntime, bridge's export vs plain tf2onnx (geometric mean over {len(both)} models): "
                      f"{ratio:.2f}x")
+    return lines
+
+
+def saved_model_lines(built: List[Row]) -> List[str]:
+    """The SavedModel rows against their .keras twins (the same calibrated model,
+    `model.export`): how many fuse what the .keras row fuses, and each that does
+    not with both counts and why where no graph matcher is at fault (SAVED_DIFFERS)."""
     by_name = {r.model: r for r in built}
     pairs = [(r, by_name[r.model[:-len(SAVED_SUFFIX)]]) for r in built
              if r.model.endswith(SAVED_SUFFIX) and r.model[:-len(SAVED_SUFFIX)] in by_name]
-    if pairs:
-        differ = [f"{s.model} {s.fused} vs {k.fused}" for s, k in pairs if s.fused != k.fused]
-        lines.append(f"SavedModel rows fusing what their .keras rows fuse: {len(pairs) - len(differ)}/{len(pairs)}"
-                     + (f" (differ: {'; '.join(differ)})" if differ else ""))
-    fails = [(r.model, k, v) for r in built for k, v in r.roads.items() if v != "pass"]  # ok* says how
-    fails += [(r.model, "plain tf2onnx", r.plain) for r in built if r.plain != "converts"]
-    fails += [(r.model, "build", r.built) for r in rows if r.built]
-    if fails:
-        lines.append("why not:")
-        lines += [f"  {m} {k}: {v}" for m, k, v in fails]
-    return "\n".join(lines)
+    if not pairs:
+        return []
+    differ = [(s, k) for s, k in pairs if s.fused != k.fused]
+    totals = {side: _counts({key: sum(r.fused.get(key, 0) for r in rows) for rows in [[p[i] for p in pairs]]
+                             for key in {k for r in rows for k in r.fused}})
+              for i, side in enumerate(("SavedModel", ".keras"))}
+    lines = [f"SavedModel rows fusing what their .keras rows fuse: {len(pairs) - len(differ)}/{len(pairs)} "
+             f"(in all: SavedModel {totals['SavedModel']}; .keras {totals['.keras']})"]
+    for s, k in differ:
+        lines.append(f"  {s.model}: {_counts(s.fused)} vs .keras {_counts(k.fused)} ({_why_differ(s, k)})")
+    return lines
+
+
+def _why_differ(saved: Row, keras_row: Row) -> str:
+    """Why a SavedModel row fuses other counts than its .keras twin: SAVED_DIFFERS,
+    else where the graph fuses more, the .keras road's own near misses of those
+    patterns (a layer its rewriter cannot copy), else a graph matcher to fix."""
+    why = SAVED_DIFFERS.get(keras_row.model)
+    if why:
+        return f"why: {why}"
+    more = [key for key in saved.fused if saved.fused[key] > keras_row.fused.get(key, 0)]
+    less = [key for key in keras_row.fused if keras_row.fused[key] > saved.fused.get(key, 0)]
+    misses = [m for key in more for m in keras_row.near_misses.get(key, [])]
+    if more and not less and misses:
+        return f"the .keras road's limit: {misses[0][:150]}"
+    graph = [m for key in less for m in saved.near_misses.get(key, [])] + saved.fusion_notes
+    return "a matcher to fix" + (f": {graph[0][:150]}" if graph else "")
+
+
+def _counts(fused: Dict[str, int]) -> str:
+    return " ".join(f"{SHORT.get(k, k)} {v}" for k, v in sorted(fused.items())) or "nothing"
+
+
+# .keras row -> why its SavedModel twin fuses other counts, where that is no graph matcher's fault and the
+# .keras road's near misses do not say it: the graph cannot honestly be shown to compute the op there
+SAVED_DIFFERS: Dict[str, str] = {
+    "albert-hub": "ALBERT calls one shared transformer layer for both of its layers: the .keras road fuses each "
+                  "LayerNormalization layer once (3: the embeddings' and the shared layer's 2), the graph has each "
+                  "call as nodes of its own (5 = 1 + 2 x 2); every layer norm is fused on both roads",
+    "debertav3-hub": "DeBERTa-v3 layer-normalises its relative-position table, a weight: frozen, that layer norm "
+                     "reads only constants and is folded into one (no node runs it), the other 5 fuse on both roads",
+    "segformer-hub": "keras_hub's SegFormer serves its linear_fuse BatchNormalization in training mode: "
+                     "model.export's graph writes the moving statistics (AssignVariableOp) and a row's output "
+                     "depends on its batch (0.99 apart alone and in a batch of 2), so it is no inference graph to "
+                     "freeze and passes through unfused; the .keras road fuses its encoder's 4 layer norms",
+}
 
 
 def main(argv=None) -> int:
@@ -877,11 +957,15 @@ def main(argv=None) -> int:
     p.add_argument("--keep", metavar="DIR", help="keep the exported files in DIR")
     p.add_argument("--roads", default=",".join(ROADS),
                    help="which roads besides onnx (default all); parity alone also runs the lowered, TFLite and "
-                        "GE exports, as runtimes")
+                        f"GE exports, as runtimes. '{FUSE}': only the fusing step every export starts with, its "
+                        "counts recorded (no conversion, no verification: the SavedModel-vs-.keras count sweep)")
     p.add_argument("--budget-s", type=float, help="start no model after this many seconds (the rest: a row each)")
     p.add_argument("--one", help=argparse.SUPPRESS)  # the child process of one model (see _in_child)
     p.add_argument("--keep-files", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    unknown_roads = sorted(set(args.roads.split(",")) - set(ROADS + (FUSE,)))
+    if unknown_roads:
+        p.error(f"unknown road(s) {unknown_roads}; known: {', '.join(ROADS + (FUSE,))}")
     if args.one:
         return _child(args)
     if args.table:
@@ -905,18 +989,22 @@ def main(argv=None) -> int:
     os.makedirs(work, exist_ok=True)
     try:
         start = time.perf_counter()
-        for zm in chosen:
-            if args.budget_s is not None and time.perf_counter() - start > args.budget_s:
-                rows.append(Row(zm.name, zm.family, built=f"not run: --budget-s {args.budget_s:g} spent"))
+        for batch in _batches(chosen, args.roads.split(",")):
+            todo = []
+            for zm in batch:
+                if args.budget_s is not None and time.perf_counter() - start > args.budget_s:
+                    rows.append(Row(zm.name, zm.family, built=f"not run: --budget-s {args.budget_s:g} spent"))
+                elif zm.family == "keras_hub" and not have_hub:
+                    rows.append(Row(zm.name, zm.family, built="not built: keras-hub is not installed "
+                                                              "(pip install -e '.[zoo]')"))
+                else:
+                    todo.append(zm)
+            if not todo:
                 continue
-            if zm.family == "keras_hub" and not have_hub:
-                rows.append(Row(zm.name, zm.family, built="not built: keras-hub is not installed "
-                                                          "(pip install -e '.[zoo]')"))
-                continue
-            print(f"zoo: {zm.name} ...", file=sys.stderr, flush=True)
-            row = _in_child(zm, args, work)
-            print(f"zoo: {zm.name} done in {row.seconds:.0f} s", file=sys.stderr, flush=True)
-            rows.append(row)
+            print(f"zoo: {', '.join(zm.name for zm in todo)} ...", file=sys.stderr, flush=True)
+            for row in _in_child(todo, args, work):
+                print(f"zoo: {row.model} done in {row.seconds:.0f} s", file=sys.stderr, flush=True)
+                rows.append(row)
             if args.json and args.json != "-":  # so far, after every model: a long sweep cut short keeps its rows
                 _write_json(args.json, rows)
     finally:
@@ -933,36 +1021,60 @@ def main(argv=None) -> int:
     return 0
 
 
-def _in_child(zm: ZooModel, args, work: str) -> Row:
-    """One model in a fresh process: TensorFlow, tf2onnx and the runtimes keep
+FUSE_BATCH = 8   # models per child process on the fuse road (its start, TensorFlow's import, is most of a row)
+
+
+def _batches(chosen: List[ZooModel], roads) -> List[List[ZooModel]]:
+    """One model per child process; on the fuse road (no exports: little memory
+    kept) up to FUSE_BATCH small ones share one, the HEAVY ones still alone."""
+    if FUSE not in roads:
+        return [[zm] for zm in chosen]
+    out: List[List[ZooModel]] = []
+    for zm in chosen:
+        alone = zm.name.removesuffix(SAVED_SUFFIX) in HEAVY
+        if alone or not out or len(out[-1]) >= FUSE_BATCH or out[-1][0].name.removesuffix(SAVED_SUFFIX) in HEAVY:
+            out.append([zm])
+        else:
+            out[-1].append(zm)
+    return out
+
+
+def _in_child(batch: List[ZooModel], args, work: str) -> List[Row]:
+    """Models in a fresh process: TensorFlow, tf2onnx and the runtimes keep
     memory across models (~9 GB after two large ones), and a native crash then
-    costs one row, not the sweep."""
+    costs its rows, not the sweep."""
     import subprocess
-    out = os.path.join(work, f"{zm.name}.row.json")
-    cmd = [sys.executable, os.path.abspath(__file__), "--one", zm.name, "--size", str(args.size),
-           "--repeat", str(args.repeat), "--keep", work, "--json", out, "--roads", args.roads] + (["--keep-files"] if args.keep else [])
+    out = os.path.join(work, f"{batch[0].name}.rows.json")
+    cmd = [sys.executable, os.path.abspath(__file__), "--one", ",".join(zm.name for zm in batch), "--size",
+           str(args.size), "--repeat", str(args.repeat), "--keep", work, "--json", out, "--roads", args.roads] + \
+        (["--keep-files"] if args.keep else [])
     proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    if os.path.isfile(out):
-        return Row(**json.load(open(out))[0])
+    rows = [Row(**r) for r in json.load(open(out))] if os.path.isfile(out) else []
     tail = [ln for ln in proc.stderr.splitlines() if ln.strip()][-1:] or [f"exit {proc.returncode}"]
-    return Row(zm.name, zm.family, built=f"zoo error (exit {proc.returncode}): {tail[0][:200]}")
+    return rows + [Row(zm.name, zm.family, built=f"zoo error (exit {proc.returncode}): {tail[0][:200]}")
+                   for zm in batch[len(rows):]]
 
 
 def _child(args) -> int:
     from bridge.quiet import import_tensorflow
     import_tensorflow(verbose=False)
-    zm = next(m for m in models() if m.name == args.one)
-    try:
-        row = run_model(zm, args.size, args.keep, args.repeat, args.roads.split(","))
-    except Exception as e:  # the sweep's own failure on one model: a row, not the end of the sweep
-        row = Row(zm.name, zm.family, built=f"zoo error: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
-    finally:
-        if not args.keep_files:  # the exports of a large model are GBs: gone once measured
-            for name in os.listdir(args.keep):
-                if name.startswith(f"{zm.name}.") or name.startswith(f"{zm.name}-"):
-                    path = os.path.join(args.keep, name)
-                    shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.remove(path)
-    _write_json(args.json, [row])
+    by_name = {m.name: m for m in models()}
+    rows = []
+    for name in args.one.split(","):
+        zm = by_name[name]
+        try:
+            row = run_model(zm, args.size, args.keep, args.repeat, args.roads.split(","))
+        except Exception as e:  # the sweep's own failure on one model: a row, not the end of the sweep
+            row = Row(zm.name, zm.family, built=f"zoo error: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+        finally:
+            if not args.keep_files:  # the exports of a large model are GBs: gone once measured
+                for entry in os.listdir(args.keep):
+                    if not entry.endswith(".rows.json") and (entry.startswith(f"{zm.name}.")
+                                                             or entry.startswith(f"{zm.name}-")):
+                        path = os.path.join(args.keep, entry)
+                        shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.remove(path)
+        rows.append(row)
+        _write_json(args.json, rows)  # after each: a native crash later keeps these
     return 0
 
 

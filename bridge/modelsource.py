@@ -452,21 +452,51 @@ def _keras_infos(model) -> Tuple[List[TensorInfo], List[str]]:
 
 
 # where a Keras model (a keras_hub backbone, or a layer inside it) says how long its sequences may be
-LENGTH_ATTRIBUTES = ("max_sequence_length", "sequence_length", "max_position_embeddings")
+LENGTH_ATTRIBUTES = ("max_sequence_length", "sequence_length", "max_position_embeddings", "max_label_length")
 
 
 def keras_sample_dims(model) -> SampleDims:
     """The sample of `model`'s open dims: a sequence as long as the model's
     own bound (keras_hub backbones' max_sequence_length, a position
-    embedding's sequence_length; at most MAX_SAMPLE_LENGTH), else the defaults."""
-    for layer in [model] + list(_sublayers(model)):
-        for attr in LENGTH_ATTRIBUTES:
-            n = getattr(layer, attr, None)
-            if isinstance(n, int) and not isinstance(n, bool) and n > 0:
-                length = min(n, MAX_SAMPLE_LENGTH)
-                why = f"{attr} {n}" + (f", at most {MAX_SAMPLE_LENGTH}" if n > MAX_SAMPLE_LENGTH else "")
-                return SampleDims(length=length, origin=f"length {length}: {getattr(layer, 'name', '')} {why}")
-    return SampleDims()
+    embedding's sequence_length, PARSeq's max_label_length; at most
+    MAX_SAMPLE_LENGTH), else the defaults; and at least as long as its
+    unpadded Conv1D stack needs for one output step (an audio encoder's
+    convolutions: Moonshine's kernel 127 stride 64, then 7/3 and 3/2, take
+    895 samples), since a shorter run fails."""
+    layers = [model] + list(_sublayers(model))
+    sample = SampleDims()
+    for layer in layers:
+        bound = next(((attr, getattr(layer, attr)) for attr in LENGTH_ATTRIBUTES
+                      if isinstance(getattr(layer, attr, None), int) and not isinstance(getattr(layer, attr), bool)
+                      and getattr(layer, attr) > 0), None)
+        if bound is not None:
+            attr, n = bound
+            length = min(n, MAX_SAMPLE_LENGTH)
+            why = f"{attr} {n}" + (f", at most {MAX_SAMPLE_LENGTH}" if n > MAX_SAMPLE_LENGTH else "")
+            sample = SampleDims(length=length, origin=f"length {length}: {getattr(layer, 'name', '')} {why}")
+            break
+    need = _conv1d_length(layers)
+    if need > sample.length:
+        sample = SampleDims(length=need, origin=f"length {need}: the least its Conv1D stack takes "
+                                                 f"(was {sample.origin})")
+    return sample
+
+
+def _conv1d_length(layers) -> int:
+    """The shortest input the model's unpadded (padding 'valid') Conv1D layers,
+    in the order the model holds them, turn into one output step: each needs
+    kernel + stride * (what the next one needs - 1) (dilations included)."""
+    convs = [layer for layer in layers if type(layer).__name__ == "Conv1D"
+             and getattr(layer, "padding", "") == "valid"]
+    need = 1
+    for conv in reversed(convs):
+        k, s, d = (int(_first(getattr(conv, a, 1))) for a in ("kernel_size", "strides", "dilation_rate"))
+        need = d * (k - 1) + 1 + s * (need - 1)
+    return need
+
+
+def _first(v):
+    return v[0] if isinstance(v, (tuple, list)) else v
 
 
 def _embedding_sizes(model) -> Dict[int, int]:

@@ -346,14 +346,17 @@ def export(source, output: str, *, mode: Optional[str] = None, quantize: Optiona
             summary.append(note)
     with progress.stage("converting"):
         try:
-            data = convert_function(source.function(model), mode, quantize, verbose)
+            data = _converted(source, model, mode, quantize, fuse, verbose, summary)
         except TFLiteExportError as e:
-            if not road_limits.is_tensor_list_failure(e) or not any(
+            if not road_limits.static_may_help(e) or not any(
                     d is None for i in source.inputs for d in i.shape):
                 raise
             source = _at_sample(source)  # verified at these shapes too
-            data = convert_function(source.function(model), mode, quantize, verbose)
-            summary.append(road_limits.static_note({i.name: i.shape for i in source.inputs}))
+            try:
+                data = _converted(source, model, mode, quantize, fuse, verbose, summary)
+            except TFLiteExportError:
+                raise e from None  # static shapes did not help: the failure at the model's own dims
+            summary.append(road_limits.static_note({i.name: i.shape for i in source.inputs}, e))
     from bridge.tflite_inspect import inspect_tflite
     info = inspect_tflite(data)
     custom: Dict[str, List[dict]] = {}
@@ -381,7 +384,7 @@ def export(source, output: str, *, mode: Optional[str] = None, quantize: Optiona
             if custom and _open_dims(source):
                 # bridge's LiteRT harness cannot resize a file's open dims through shape-computing ops
                 # (bridge/parity/runtimes/tflite_custom.py): its kernels are checked on a twin at the sample shape
-                checked = convert_function(_at_sample(source).function(model), mode, quantize, verbose)
+                checked = _converted(_at_sample(source), model, mode, quantize, fuse, verbose, [])
                 lines.append("verified on LiteRT with bridge's kernels: a twin converted at the sample shape "
                              "(the harness cannot resize the file's open dims)")
             # against the model as given (unfused): the fusion is part of what is checked
@@ -396,6 +399,18 @@ def export(source, output: str, *, mode: Optional[str] = None, quantize: Optiona
     summary += [f"wrote {path} {what}"] + lines
     return ExportResult(output=path, format="tflite", files=[path], summary=summary, checks=checks,
                         seconds=dict(progress.seconds), details=details, not_verified=not_verified)
+
+
+def _converted(source, model, mode: str, quantize: str, fuse: bool, verbose: bool, summary: List[str]) -> bytes:
+    """convert_function of `model` at `source`'s inputs, looked up in (and else
+    written to) bridge's TFLite cache (tflite_cache: bridge parity's TFLite rows
+    share it); `summary` says when the file came from the cache."""
+    from . import tflite_cache
+    key = tflite_cache.key(source, mode=mode, quantize=quantize, fuse=fuse)
+    data, hit = tflite_cache.converted(key, lambda: convert_function(source.function(model), mode, quantize, verbose))
+    if hit:
+        summary.append(f"converted earlier: read from bridge's TFLite cache ({tflite_cache.path_of(key)})")
+    return data
 
 
 def _open_dims(source) -> bool:

@@ -9,14 +9,18 @@ bridge.ops.graph_fusion), a team's included, is matched on it:
 
 - each node whose op ends a pattern, in reverse graph order (so the largest
   match wins: a layer norm's last Add before its inner Mul), gives the
-  single-entry region ending there (graph_region.py);
+  single-entry region ending there (graph_region.py); for an op of several
+  outputs (YoloDecode), the regions grown forward from it until exactly that
+  many tensors leave them, largest first, the first that matches taken;
 - the pattern's `when` says whether it is meant; its `identify` reads the op's
   inputs and attributes, or says why it does not fit (a near miss);
 - the claim is checked: the region, evaluated in float64 on random inputs at
   three scales, must equal the op's numpy reference on those inputs within
   1e-6 (relative); else a near miss with how far off it was;
-- the region becomes one node of the op, named as the region's last node (its
-  consumers read it unchanged), its other inputs constants beside it.
+- the region becomes one node of the op, named as the node of its (first)
+  output, so its consumers read it unchanged (an op's further outputs are
+  Identity nodes named as the nodes that computed them), its other inputs
+  constants beside it.
 
 Near misses overlapping a fused region, or inside a larger near miss of the
 same pattern, are left out of the report (they are parts of one match). The
@@ -67,27 +71,37 @@ def fuse_graph(model, inputs: Optional[Sequence[str]] = None, outputs: Optional[
         for spec, pattern in patterns:
             if node.op not in pattern.ends or name_ in taken:
                 continue
-            region = index.region(name_, pattern.ops, pattern.start)
-            if region is None or region.names & taken:
-                continue
-            try:
-                if pattern.when is not None and not pattern.when(region):
+            if len(spec.outputs) > 1:  # the regions grown forward to the op's outputs, largest first
+                candidates = index.grown(name_, pattern.ops, len(spec.outputs))
+            else:
+                candidates = [r for r in [index.region(name_, pattern.ops, pattern.start)] if r is not None]
+            miss = None
+            for region in candidates:
+                if region.names & taken:
                     continue
-                found = _match(spec, pattern, region)
-            except Exception as e:  # noqa: BLE001 - a pattern that trips on a graph: a near miss, not a crash
-                found = f"while matching: {_first_line(e)}"
-            if isinstance(found, str):
-                misses.append((pattern.key, region, found))
-                continue
-            plans.append((spec, pattern, region) + found)
-            taken |= region.names
+                try:
+                    if pattern.when is not None and not pattern.when(region):
+                        continue
+                    found = _match(spec, pattern, region)
+                except Exception as e:  # noqa: BLE001 - a pattern that trips on a graph: a near miss, not a crash
+                    found = f"while matching: {_first_line(e)}"
+                if isinstance(found, str):
+                    miss = miss or (pattern.key, region, found)
+                    continue
+                plans.append((spec, pattern, region) + found)
+                taken |= region.names
+                miss = None
+                break
+            if miss:
+                misses.append(miss)
     for spec, pattern, region, values, attrs in plans:
         report.add_block(pattern.key, region.end.name, [n.name for n in region.nodes])
         for folded in (pattern.folds(region) if pattern.folds else ()):
             report.fold(folded)
     apart = [m for m in misses if not m[1].names & taken]
-    kept: List = [(key, region, why) for key, region, why in apart
-                  if not any(k == key and region.names < r.names for k, r, _ in apart)]
+    kept: List = [(key, region, why) for j, (key, region, why) in enumerate(apart)
+                  if not any(k == key and (region.names < r.names or (region.names == r.names and i < j))
+                             for i, (k, r, _) in enumerate(apart))]
     for key, region, why in reversed(kept):  # in graph order
         shown = [region.nodes[0].name, region.end.name] if len(region.nodes) > 1 else [region.end.name]
         report.skip(key, shown, why)
@@ -121,7 +135,13 @@ def _match(spec, pattern, region: Region):
     got = pattern.identify(region)
     if isinstance(got, str):
         return got
-    values, attrs = got
+    values, attrs = got[:2]
+    if len(spec.outputs) > 1:  # identify says which of the region's tensors is which output
+        outputs = list(got[2]) if len(got) > 2 else []
+        if sorted(outputs) != sorted(region.outputs) or len(outputs) != len(spec.outputs):
+            return (f"its outputs {region.outputs} are not {spec.name}'s {len(spec.outputs)} "
+                    f"({', '.join(a.name for a in spec.outputs)})")
+        region.outputs = outputs
     values = [np.asarray(v, np.float64) for v in values]
     try:
         attrs = spec.resolve(dict(attrs))
@@ -146,16 +166,19 @@ def verify(spec, pattern, region: Region, values, attrs) -> Optional[str]:
         probes = [np.concatenate(probes, axis=0)]
     worst = 0.0
     for x in probes:
-        got = np.asarray(region.evaluate(x), np.float64)
-        want = spec.reference(x, *values, **attrs)
-        want = np.asarray(want[0] if isinstance(want, tuple) else want, np.float64)
-        if got.shape != want.shape:
-            return f"the subgraph's output has shape {list(got.shape)} where {spec.name} gives {list(want.shape)}"
-        if not np.isfinite(want).all() or not np.isfinite(got).all():
-            return f"not finite on the check's inputs (the subgraph or {spec.name} on the identified weights)"
-        if got.size:
-            worst = max(worst, float(np.max(np.abs(got - want) / np.maximum(1.0, np.abs(want)))))
-    if worst > TOLERANCE:
+        gots = region.evaluate(x, at=region.outputs)
+        wants = spec.reference(x, *values, **attrs)
+        wants = wants if isinstance(wants, tuple) else (wants,)
+        for arg, got, want in zip(spec.outputs, gots, wants):
+            got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+            what = f"the subgraph's {arg.name}" if len(spec.outputs) > 1 else "the subgraph's output"
+            if got.shape != want.shape:
+                return f"{what} has shape {list(got.shape)} where {spec.name} gives {list(want.shape)}"
+            if not np.isfinite(want).all() or not np.isfinite(got).all():
+                return f"not finite on the check's inputs (the subgraph or {spec.name} on the identified weights)"
+            if got.size:
+                worst = max(worst, float(np.max(np.abs(got - want) / np.maximum(1.0, np.abs(want)))))
+    if worst > (pattern.tolerance or TOLERANCE):
         return (f"computes something else than {spec.name} on the weights read from it: off by {worst:.3g} "
                 f"(relative) on random inputs")
     return None
@@ -182,7 +205,7 @@ def rewrite(gm: GraphModel, index: GraphIndex, plans):
     for plan in plans:
         region = plan[2]
         gone |= region.names
-        ends[region.end.name] = plan
+        ends[producer(region.outputs[0])] = plan   # the end, or the node of an op's first output
     out = graph_pb2.GraphDef()
     out.versions.CopyFrom(gm.graph_def.versions)
     out.library.CopyFrom(gm.graph_def.library)
@@ -208,6 +231,12 @@ def rewrite(gm: GraphModel, index: GraphIndex, plans):
             f.attr["T"].type = tf.as_dtype(dtype).as_datatype_enum
             for a in spec.attrs:
                 _set_attr(f.attr[a.name], a, attrs[a.name])
+            # the op's other outputs keep the names of the nodes that computed them
+            for k, t in enumerate(region.outputs[1:], 1):
+                i = out.node.add()
+                i.name, i.op = producer(t), "Identity"
+                i.input.append(f"{node.name}:{k}")
+                i.attr["T"].type = f.attr["T"].type
         elif node.name not in gone:
             out.node.add().CopyFrom(node)
     return _pruned(out, [t for t, _ in gm.outputs], [t for t, _, _, _ in gm.inputs])

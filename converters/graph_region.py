@@ -243,14 +243,66 @@ class GraphIndex:
             return None
         return Region(self, nodes, xs.pop())
 
+    def grown(self, end: str, ops: Sequence[str], outputs: int, limit: int = 96) -> List["Region"]:
+        """The regions an op of several outputs may stand for, found from `end`
+        (one of its outputs' nodes): the entry is the highest dominator of `end`
+        whose region keeps to `ops`, and the region then grows forward, one layer
+        at a time, by the nodes of `ops` that read only it, x and constants. Each
+        layer where exactly `outputs` of its tensors leave it is a candidate
+        (largest first); the whole growth, if it is none of them, comes last."""
+        best, entry = None, self.idom.get(end)
+        for _ in range(8):
+            found = self._region(end, entry, ops, limit)
+            if found is None:
+                break
+            best, entry = found, self.idom.get(entry)
+        if best is None:
+            return []
+        allowed, inside, states = set(ops), set(best.names), []
+        while True:
+            exits = self._exits(inside)
+            states.append((frozenset(inside), exits))
+            layer = {c for name in inside for c in self.consumers.get(name, ())
+                     if c not in inside and self.nodes[c].op in allowed and all(
+                         producer(i) in inside or ref(i) == best.x or self.is_constant(i)
+                         for i in self.nodes[c].inputs)}
+            if not layer or len(inside | layer) > limit:
+                break
+            inside |= layer
+        last = states[-1]
+        picked = [st for st in reversed(states) if len(st[1]) == outputs] or [last]
+        if picked[0] is not last and len(last[1]) != outputs:
+            picked.append(last)
+        return [Region(self, [self.nodes[n] for n in self.order if n in names], best.x,
+                       outputs=sorted(exits, key=lambda t: self.order_of[producer(t)])) for names, exits in picked]
+
+    def _exits(self, names) -> List[str]:
+        """The tensors of nodes in `names` used outside them (or model outputs)."""
+        used = set()
+        for name in names:
+            for c in self.consumers.get(name, ()):
+                if c not in names:
+                    used |= {i for i in self.nodes[c].inputs if producer(i) == name}
+                    if name in self.nodes[c].control:
+                        used.add(f"^{name}")
+        return sorted(used | {o for o in self.outputs if producer(o) in names})
+
+    @property
+    def order_of(self) -> Dict[str, int]:
+        if not hasattr(self, "_order_of"):
+            self._order_of = {name: k for k, name in enumerate(self.order)}
+        return self._order_of
+
 
 class Region:
     """The subgraph a graph pattern is matched on (bridge.ops.graph_fusion)."""
 
-    def __init__(self, index: GraphIndex, nodes: List[GNode], x: str):
+    def __init__(self, index: GraphIndex, nodes: List[GNode], x: str, outputs: Optional[Sequence[str]] = None):
         self.index, self.nodes, self.x = index, nodes, x
         self.end = nodes[-1]
         self.names = {n.name for n in nodes}
+        # the tensors that leave the region: its end's, or (grown) those of an op of several outputs
+        self.outputs = list(outputs) if outputs is not None else [ref(self.end.name)]
         self._x_shape = False
 
     @property
@@ -261,7 +313,7 @@ class Region:
 
     @property
     def dtype(self) -> Optional[str]:
-        return self.index.dtype(self.end.name)
+        return self.index.dtype(self.outputs[0])   # the end's, or an op's first output's
 
     def is_x(self, tensor: str) -> bool:
         return ref(tensor) == self.x
@@ -275,6 +327,8 @@ class Region:
 
     def escape(self) -> Optional[str]:
         """Why the region cannot be replaced (an intermediate used outside it), or None."""
+        if len(self.outputs) > 1:
+            return self._escape_outputs()
         for n in self.nodes[:-1]:
             outside = [c for c in self.index.consumers.get(n.name, ()) if c not in self.names]
             if outside:
@@ -287,15 +341,29 @@ class Region:
             return f"{self.end} has more outputs in use than its first"
         return None
 
+    def _escape_outputs(self) -> Optional[str]:
+        """escape() of a grown region: only its outputs, each its node's first, leave it."""
+        for t in self.index._exits(self.names):
+            if t.startswith("^"):
+                return f"{self.index.nodes[t[1:]]} is a control input outside the region"
+            if t not in self.outputs:
+                return f"the output {t} of {self.index.nodes[producer(t)]} is also used outside; fusing would drop it"
+        firsts = [t for t in self.outputs if t.endswith(":0")]
+        if len(firsts) != len(self.outputs) or len({producer(t) for t in self.outputs}) != len(self.outputs):
+            return f"the region's outputs {self.outputs} are not each the first output of a node of their own"
+        return None
+
     def evaluate(self, x: Optional[np.ndarray], given: Optional[Mapping[str, np.ndarray]] = None,
-                 at: Optional[str] = None) -> np.ndarray:
-        """The region's output (or node `at`'s) in float64 for input `x`; `given`:
-        node name -> its output (x may then be None if nothing needs it)."""
-        at = ref(at or self.end.name)
+                 at=None):
+        """The region's output (or tensor `at`'s; a list of tensors: a list of
+        values) in float64 for input `x`; `given`: node name -> its output (x may
+        then be None if nothing needs it)."""
+        many = isinstance(at, (list, tuple))
+        ats = [ref(a) for a in at] if many else [ref(at or self.end.name)]
         values = {} if x is None else {self.x: np.asarray(x, np.float64)}
         for name, v in (given or {}).items():
             values[ref(name)] = np.asarray(v, np.float64)
-        needed, stack = set(), [at]
+        needed, stack = set(), list(ats)
         while stack:  # the nodes `at` is computed from, short of what is given
             t = stack.pop()
             n = self.node(t)
@@ -321,7 +389,7 @@ class Region:
             out = fn(n, *args)
             for k, v in enumerate(out if isinstance(out, tuple) else (out,)):
                 values[f"{n.name}:{k}"] = np.asarray(v, np.float64) if np.asarray(v).dtype.kind == "f" else v
-        return values[at]
+        return [values[a] for a in ats] if many else values[ats[0]]
 
 
 # -- float64 numpy evaluation of the ops graph patterns use -----------------------
@@ -362,6 +430,40 @@ def _cast(n, a):
     return a.astype(to)
 
 
+def _bits(n, name):
+    return int(n.attrs.get(name, 0) or 0)
+
+
+def _strided_slice(n, x, begin, end, strides):
+    """tf.strided_slice's masks as the numpy index they stand for (TF's are numpy's)."""
+    index = []
+    for i, (b, e, s) in enumerate(zip(*(np.atleast_1d(v).tolist() for v in (begin, end, strides)))):
+        bit = 1 << i
+        if _bits(n, "ellipsis_mask") & bit:
+            index.append(Ellipsis)
+        elif _bits(n, "new_axis_mask") & bit:
+            index.append(np.newaxis)
+        elif _bits(n, "shrink_axis_mask") & bit:
+            index.append(int(b))
+        else:
+            index.append(slice(None if _bits(n, "begin_mask") & bit else int(b),
+                               None if _bits(n, "end_mask") & bit else int(e), int(s)))
+    return np.asarray(x[tuple(index)])
+
+
+def _slice(n, x, begin, size):
+    return x[tuple(slice(int(b), None if int(k) < 0 else int(b) + int(k))
+                   for b, k in zip(np.atleast_1d(begin), np.atleast_1d(size)))]
+
+
+def _split_v(n, x, sizes, axis):
+    axis = int(axis) % x.ndim
+    sizes = [int(k) for k in np.atleast_1d(sizes)]
+    if -1 in sizes:
+        sizes[sizes.index(-1)] = x.shape[axis] - (sum(sizes) + 1)
+    return tuple(np.split(x, np.cumsum(sizes)[:-1], axis=axis))
+
+
 _erf = np.vectorize(math.erf, otypes=[np.float64])
 
 OPS: Dict[str, Callable] = {
@@ -384,4 +486,23 @@ OPS: Dict[str, Callable] = {
     "Reshape": lambda n, a, s: np.reshape(a, [int(d) for d in np.atleast_1d(s)]),
     "ExpandDims": lambda n, a, d: np.expand_dims(a, int(d)),
     "Squeeze": lambda n, a: np.squeeze(a, axis=tuple(n.attrs.get("squeeze_dims", ())) or None),
+    "Softplus": lambda n, a: np.logaddexp(0.0, a),
+    # the shape arithmetic a decode writes (tf.shape, tf.range, tf.meshgrid, tf.split, tf.concat)
+    "Shape": lambda n, a: np.asarray(a.shape, np.dtype(n.attrs.get("out_type", "int32"))),
+    "Size": lambda n, a: np.asarray(a.size, np.dtype(n.attrs.get("out_type", "int32"))),
+    "Rank": lambda n, a: np.asarray(a.ndim, np.int32),
+    "StridedSlice": _strided_slice, "Slice": _slice,
+    "Pack": lambda n, *a: np.stack(a, axis=int(n.attrs.get("axis", 0))),
+    "Unpack": lambda n, a: tuple(np.moveaxis(a, int(n.attrs.get("axis", 0)), 0)),
+    "ConcatV2": lambda n, *a: np.concatenate(a[:-1], axis=int(a[-1])),
+    "SplitV": _split_v, "Split": lambda n, d, a: tuple(np.split(a, int(n.attrs["num_split"]), axis=int(d))),
+    "Range": lambda n, a, b, d: np.arange(a, b, d, dtype=np.dtype(n.attrs.get("Tidx", "int32"))),
+    "Fill": lambda n, s, v: np.full([int(d) for d in np.atleast_1d(s)], v),
+    "Tile": lambda n, a, m: np.tile(a, [int(d) for d in np.atleast_1d(m)]),
+    "BroadcastTo": lambda n, a, s: np.broadcast_to(a, [int(d) for d in np.atleast_1d(s)]).copy(),
+    "Transpose": lambda n, a, p: np.transpose(a, [int(d) for d in np.atleast_1d(p)]),
+    "GatherV2": lambda n, a, i, axis: np.take(a, i, axis=int(axis)),
+    "Prod": _reduce(np.prod),
+    "ZerosLike": lambda n, a: np.zeros_like(a), "OnesLike": lambda n, a: np.ones_like(a),
+    "FloorDiv": lambda n, a, b: np.floor_divide(a, b), "FloorMod": lambda n, a, b: np.mod(a, b),
 }

@@ -18,6 +18,10 @@ rows of that road):
   layers carry no `api_implements` mark, so the converter's fused
   UNIDIRECTIONAL_SEQUENCE_LSTM/RNN rewrite does not apply to them; the WHILE
   loop is what TFLite runs.
+- an op TFLite has as a builtin only at known shapes (a StridedSlice with a
+  new axis, `x[..., None, :]`, over an open length: "'tf.StridedSlice' op is
+  neither a custom op nor a flex op"): converted at the sample shapes too,
+  which the converter folds; the line names the ops that needed it.
 
 Cheap to import (no TensorFlow).
 """
@@ -64,7 +68,22 @@ def is_tensor_list_failure(error) -> bool:
     return bool(ops & set(TENSOR_LIST_OPS)) or "tensor list" in str(error).lower()
 
 
-def static_note(shapes: Mapping[str, Sequence[int]]) -> str:
+def is_flex_failure(error) -> bool:
+    """Whether a conversion failed on ops TFLite has no builtin for as traced
+    (at open dims some of them fold away: a StridedSlice with a new axis)."""
+    return "flex op" in str(error).lower()
+
+
+def static_may_help(error) -> bool:
+    """Whether converting at the sample shapes may succeed where open dims failed."""
+    return is_tensor_list_failure(error) or is_flex_failure(error)
+
+
+def static_note(shapes: Mapping[str, Sequence[int]], error=None) -> str:
     dims = ", ".join(f"{k} {'x'.join(str(int(d)) for d in v)}" for k, v in shapes.items())
+    if error is not None and not is_tensor_list_failure(error):
+        ops = ", ".join(getattr(error, "ops", ()) or ()) or "some ops"
+        return (f"converted at static shapes ({dims}): at the model's open dims TFLite has no builtin for "
+                f"{ops} (a flex op)")
     return (f"converted at static shapes ({dims}): TFLite lowers a recurrent layer's tensor lists to WHILE only "
             f"at static shapes")

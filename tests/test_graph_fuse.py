@@ -304,8 +304,9 @@ def test_a_frozen_pb_exports_and_passes_parity_with_only_its_tensor_names(hand, 
 
 def test_parity_tflite_custom_of_a_savedmodel_converts_the_fused_graph(detector):
     """tflite-custom (the road that carries the fused ops) converts the graph-fused
-    SavedModel and says so; the lowered tflite row converts the SavedModel's own
-    signature and says that. Both against numpy float64 on the detector's weights."""
+    SavedModel and says so; the lowered tflite row converts the same graph with its
+    fused ops lowered (what bridge export --to tflite ships: tests/test_parity_conversion_cache.py)
+    and says that. Both against numpy float64 on the detector's weights."""
     import bridge
     from bridge.parity.runtimes import tflite
     from bridge.parity.source import open_source
@@ -323,6 +324,6 @@ def test_parity_tflite_custom_of_a_savedmodel_converts_the_fused_graph(detector)
     rows = {r.name: r for r in report.runtimes}
     assert "graph-fused SavedModel (bridge fuse: conv_bn_leaky x2, layer_norm x1, zero_padding x1)" in \
         rows["tflite-custom"].description
-    assert "own serving signature (unfused)" in rows["tflite"].description
+    assert "zero_padding x1, the fused ops lowered to their composites" in rows["tflite"].description
     for name in ("tflite", "tflite-custom"):
         assert rows[name].status == "ok" and rows[name].passed, (name, rows[name].reason)

@@ -159,17 +159,32 @@ def test_dict_outputs_whose_keys_are_not_the_output_names():
     np.testing.assert_allclose(got["zeta"], np.tanh(got["dense_b"]), rtol=1e-5, atol=1e-6)
 
 
-def test_opt_in_runtimes_run_only_when_named_and_share_one_freeze(yolo):
-    assert not discover()[0]["tflite-float16"].default and not discover()[0]["tflite-dynamic"].default
+def _tiny_run(runtimes):
     source = open_source("yolov3-tiny", config={"input_size": 64, "width": 0.125})
     try:
-        report = run_parity(None, source=source, runtimes=["tf", "tflite", "tflite-float16"], seed=0)
-        stages = [s.name for s in source.stages.stages]
+        report = run_parity(None, source=source, runtimes=runtimes, seed=0)
+        return report, [s.name for s in source.stages.stages]
     finally:
         source.close()
+
+
+def test_opt_in_runtimes_run_only_when_named_and_share_one_freeze(yolo, tmp_path, monkeypatch):
+    """...and a second run reads both conversions from bridge's TFLite cache
+    (bridge.converters.tflite_cache): nothing traced, frozen or converted."""
+    assert not discover()[0]["tflite-float16"].default and not discover()[0]["tflite-dynamic"].default
+    monkeypatch.setenv("BRIDGE_TFLITE_CACHE", str(tmp_path / "tflite"))
+    report, stages = _tiny_run(["tf", "tflite", "tflite-float16"])
     assert [r.name for r in report.runtimes] == ["tf", "tflite", "tflite-float16", "tf-float64"] and report.passed
     assert sum(s.startswith("tracing and freezing for TFLite") for s in stages) == 1, stages
     assert sum(s.startswith("converting to TFLite") for s in stages) == 2, stages
+    again, stages = _tiny_run(["tf", "tflite", "tflite-float16"])
+    assert not any(s.startswith(("tracing and freezing", "converting to TFLite", "fusing")) for s in stages), stages
+    assert sum(s.endswith("from bridge's cache") for s in stages) == 2, stages
+    rows = {r.name: r for r in again.runtimes}
+    assert all("read from bridge's TFLite cache" in rows[n].description for n in ("tflite", "tflite-float16"))
+    # the same files: the same numbers
+    assert [rows[n].outputs[k].to_json() for n in ("tflite", "tflite-float16") for k in rows[n].outputs] == \
+        [r.outputs[k].to_json() for r in report.runtimes[1:3] for k in r.outputs]
 
 
 def test_onnx_reference_skips_over_budget_unless_named(yolo, yolo_report, monkeypatch):

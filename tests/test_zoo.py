@@ -115,10 +115,64 @@ def test_quick_sweep(tmp_path):
         assert r["plain"] and r["export_s"] > 0 and r["ort_ms"] > 0, r
         assert max(r["errors"].values()) < 1e-3, (r["model"], r["errors"])
     dynamic = next(r for r in rows if r["model"] == "text-classifier-dynamic")  # no --input-shape given
-    assert dynamic["size"] == "?x?", dynamic
+    assert dynamic["size"] == "?x?" and dynamic["sample"].startswith("1x16 ("), dynamic
+    hub = next((r for r in rows if r["model"] == "bert-hub" and not r["built"]), None)
+    if hub is not None:  # keras_hub's BertBackbone leaves its length open: sampled at its max_sequence_length
+        assert hub["size"] == "?x?,?x?,?x?" and "max_sequence_length 32" in hub["sample"], hub
     tiny = next(r for r in rows if r["model"] == "yolov3-tiny")
     assert tiny["fused"].get("conv_bn_leaky", 0) > 0 and tiny["plain_ort_ms"] > 0
     assert "plain tf2onnx" in proc.stdout and "models built" in proc.stdout
+
+
+def test_no_row_gives_input_shape():
+    """Every row's commands get the model and its own flags only (a built-in's
+    --config, the custom layer's --import), never --input-shape: what the model
+    leaves open is bridge's to sample (issue 25)."""
+    zoo = _zoo()
+    rows = zoo.models()
+    for zm in rows:
+        args = zoo._source_args(zm, "MODEL")
+        assert args[0] == "MODEL" and "--input-shape" not in args, (zm.name, args)
+        assert set(args[1::2]) <= {"--config", "--import"}, (zm.name, args)
+        if zm.family == "built-in":
+            assert any(a.startswith("input_size=") for a in args[2::2]), (zm.name, args)
+    custom = next(zm for zm in rows if zm.name == "custom-layer-cnn")
+    assert zoo._source_args(custom, "m.keras")[1:] == ["--import", zoo.CUSTOM_LAYERS]
+    assert os.path.isfile(zoo.CUSTOM_LAYERS)
+    # every keras.applications and keras_hub row has its SavedModel twin
+    names = {zm.name for zm in rows}
+    assert all(f"{zm.name}{zoo.SAVED_SUFFIX}" in names for zm in rows
+               if zm.family in ("keras.applications", "keras_hub") and not zm.saved)
+
+
+def test_saved_model_rows_are_compared_count_by_count():
+    """The summary's SavedModel line: a twin that fuses other counts than its
+    .keras row is listed with both (a matcher to fix, or why it is right), one
+    that fuses the same is not; rows without a twin do not count."""
+    zoo = _zoo()
+    S = zoo.SAVED_SUFFIX
+    rows = [zoo.Row("A", "keras_hub", fused={"layer_norm": 5}), zoo.Row(f"A{S}", "keras_hub", fused={"layer_norm": 5}),
+            zoo.Row("B", "keras_hub", fused={"layer_norm": 3, "conv_bn_leaky": 2}),
+            zoo.Row(f"B{S}", "keras_hub", fused={"layer_norm": 2, "conv_bn_leaky": 2}),
+            zoo.Row("C", "keras_hub", fused={"conv_bn_leaky": 1}), zoo.Row(f"C{S}", "keras_hub"),
+            zoo.Row("D", "keras_hub", fused={"layer_norm": 1}),
+            zoo.Row("E", "keras_hub", fused={"layer_norm": 1},
+                    near_misses={"layer_norm": ["inside XEncoder 'e0', which cannot be copied to fuse it"]}),
+            zoo.Row(f"E{S}", "keras_hub", fused={"layer_norm": 4})]
+    lines = zoo.saved_model_lines(rows)
+    assert lines[0].startswith("SavedModel rows fusing what their .keras rows fuse: 1/4 "), lines
+    assert "SavedModel CBL 2 LN 11; .keras CBL 3 LN 9" in lines[0], lines
+    # the graph fusing more where the .keras road says why it could not: that road's near miss
+    assert lines[1:] == [f"  B{S}: CBL 2 LN 2 vs .keras CBL 2 LN 3 (a matcher to fix)",
+                         f"  C{S}: nothing vs .keras CBL 1 (a matcher to fix)",
+                         f"  E{S}: LN 4 vs .keras LN 1 (the .keras road's limit: inside XEncoder 'e0', which "
+                         f"cannot be copied to fuse it)"], lines
+    zoo.SAVED_DIFFERS["C"] = "the graph computes it otherwise"
+    try:
+        assert zoo.saved_model_lines(rows)[2].endswith("(why: the graph computes it otherwise)")
+    finally:
+        del zoo.SAVED_DIFFERS["C"]
+    assert "SavedModel rows" in zoo.summary(rows)
 
 
 @pytest.mark.parametrize("offset", [0.0, 50.0])

@@ -69,22 +69,20 @@ def test_backbone_input_names_survive_loading(tmp_path):
 
 
 @pytest.mark.slow
-def test_every_hub_backbone_builds_small_and_is_fed_what_it_takes():
+def test_every_hub_backbone_builds_small_and_runs_at_bridges_sample_shape():
     """Each HUB config builds offline, stays small (DeepLabV3's and RetinaNet's
     heads are 256 wide whatever the config: under 1.5M weights; the rest under
-    200k, ResNet's 64 filters it insists on the largest of them), and the zoo's shapes name exactly the model's inputs: an image model
-    has one float input, a token model only integer or boolean ones."""
+    200k, ResNet's 64 filters it insists on the largest of them), and runs at
+    the shape bridge samples its open dims at, since the zoo gives no
+    --input-shape (Moonshine's audio: the least its Conv1D stack takes;
+    PARSeq's tokens: its max_label_length)."""
     from bridge import modelsource
     zoo = _zoo()
     for cls, (config, _) in zoo.HUB.items():
         model = zoo._hub(cls, config)(32)
         limit = 1_500_000 if cls in ("DeepLabV3Backbone", "RetinaNetBackbone") else 200_000
         assert model.count_params() < limit, (cls, model.count_params())
-        infos = modelsource.from_object(model).inputs
-        shapes = zoo._hub_shapes(cls, config)(32)
-        if shapes == "tokens":
-            assert all(np.dtype(i.dtype).kind in "iub" for i in infos), (cls, infos)
-        elif list(shapes) == [""]:
-            assert len(infos) == 1 and np.dtype(infos[0].dtype).kind == "f", (cls, infos)
-        else:
-            assert sorted(shapes) == sorted(i.name for i in infos), (cls, shapes, infos)
+        src = modelsource.from_object(model)
+        feeds = src.sample_inputs(seed=0)
+        out = model(modelsource.keras_call_args(model, [feeds[i.name] for i in src.inputs]))
+        assert all(np.isfinite(np.asarray(v)).all() for v in keras.tree.flatten(out)), cls

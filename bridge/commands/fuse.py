@@ -10,7 +10,7 @@ import sys
 NAME = "fuse"
 HELP = "rewrite a SavedModel or frozen GraphDef onto the fused ops and write it as a SavedModel"
 DESCRIPTION = (HELP + ". Every op's graph patterns (layer norms over the last axis in any TF form, Conv2D + "
-               "BatchNorm + LeakyReLU blocks, a team's own) are matched after function inlining and constant "
+               "BatchNorm + LeakyReLU blocks, YOLO decode heads, a team's own) are matched after function inlining and constant "
                "folding; each match is checked numerically against the op's reference before it is rewritten. "
                "The SavedModel loads where bridge's op library is loaded (import bridge.tf_ops first).")
 

@@ -18,6 +18,10 @@ The pattern then says, with numpy only:
   miss in the fusion report): the op's inputs after the first (numpy arrays) and
   its attributes, read from the subgraph's nodes and constants, or found by
   evaluating it on probes (`region.evaluate`);
+- for an op of several outputs (YoloDecode), the region is first grown forward
+  (graph_region.GraphIndex.grown) until no more of its tensors leave it than the
+  op has outputs (`region.outputs`), and `identify` returns (inputs, attrs,
+  outputs): which of those tensors is which of the op's outputs, in order;
 - `probe(region) -> shape` (optional): the input shape to verify on; by default
   x's static shape with unknown dims 3 (the batch 2).
 
@@ -27,14 +31,17 @@ back, one dominator at a time, until they do.
 
 Whatever `identify` claims is then checked: the subgraph, evaluated in float64
 on random inputs at several scales, must equal the op's numpy reference on the
-identified inputs, or the match is a near miss that says by how much it is off.
+identified inputs (relative, within `tolerance` where the pattern gives one,
+else the rewriter's 1e-6), or the match is a near miss that says by how much it
+is off.
 
 A `region` (converters/graph_region.py) offers `nodes` (in graph order, the end
 last; each with `name`, `op`, `attrs` as Python values and `inputs`), `x_shape`,
 `dtype`, `is_x(ref)`, `node(ref)` (the region's node producing a tensor, or
 None), `constant(ref)` (a constant input's value, or None) and
-`evaluate(x, given=None)` (float64; `given` maps a node name to its output,
-e.g. to read the part of the subgraph after a Conv2D).
+`evaluate(x, given=None, at=None)` (float64; `given` maps a node name to its
+output, e.g. to read the part of the subgraph after a Conv2D; `at` a tensor or a
+list of them, by default the end's).
 
 `key` is the fusion report row the matches count in: the key of one of the
 op's Keras patterns (the same row for both roads), or a key of its own.
@@ -48,19 +55,21 @@ from .fusion import named_problems
 
 
 class GraphPattern:
-    FIELDS = ("key", "matches", "ends", "ops", "start", "when", "identify", "probe", "folds")
+    FIELDS = ("key", "matches", "ends", "ops", "start", "when", "identify", "probe", "folds", "tolerance")
 
     def __init__(self, key: str, matches: str = "", *, ends: Tuple[str, ...] = (), ops: Tuple[str, ...] = (),
                  start: Tuple[str, ...] = (),
                  when: Optional[Callable[[Any], bool]] = None, identify: Optional[Callable[[Any], Any]] = None,
                  probe: Optional[Callable[[Tuple], Tuple]] = None,
-                 folds: Optional[Callable[[Any], Tuple[str, ...]]] = None, **unknown):
+                 folds: Optional[Callable[[Any], Tuple[str, ...]]] = None, tolerance: Optional[float] = None,
+                 **unknown):
         self.key, self.matches = key, matches
         self.ends = (ends,) if isinstance(ends, str) else tuple(ends)
         self.ops = tuple(ops)
         self.start = (start,) if isinstance(start, str) else tuple(start)
         self.when, self.identify, self.probe = when, identify, probe
         self.folds = folds   # region -> keys of patterns folded into this match (e.g. a Pad: zero_padding)
+        self.tolerance = tolerance   # the check's relative tolerance, where not the rewriter's default
         self.unknown = dict(unknown)
 
     def __repr__(self) -> str:
@@ -84,6 +93,8 @@ def problems(pattern, spec):
         yield "ends", f"{sorted(set(pattern.ends) - set(pattern.ops))} must be in ops too"
     if not callable(pattern.identify):
         yield "identify", "a function region -> (inputs after the first, attrs) or the reason it does not fit"
+    if pattern.tolerance is not None and not (isinstance(pattern.tolerance, float) and 0 < pattern.tolerance < 1e-2):
+        yield "tolerance", f"{pattern.tolerance!r} must be a float in (0, 0.01): the check judges in float64"
     for field in ("when", "probe", "folds"):
         if getattr(pattern, field) is not None and not callable(getattr(pattern, field)):
             yield field, "must be a function"

@@ -71,9 +71,55 @@ def onnx_custom(source) -> Any:
     """The com.bridge export (custom nodes with their model-local functions) at
     export_onnx's default opset."""
     eo = _converters()
-    fn, signature, names = _tf_function(source)
-    model, external = eo.convert(fn, signature, opset=custom_opset(), mode="custom", output_names=names, large=True)
-    return with_data(model, external)
+
+    def convert():
+        fn, signature, names = _tf_function(source)
+        model, external = eo.convert(fn, signature, opset=custom_opset(), mode="custom", output_names=names,
+                                     large=True)
+        return with_data(model, external), {}
+    model, _ = _disk_cached(source, "onnx-custom", {"opset": custom_opset()}, convert)
+    return model
+
+
+META_KEY = "bridge.parity.cache"   # what the conversion said besides the model (JSON), in the cached file only
+
+
+def _disk_cached(source, road: str, options: dict, convert):
+    """(ModelProto, meta) of `convert()` (which returns both; meta: JSON), kept
+    in bridge's conversion cache (bridge.converters.tflite_cache, `.onnx`) under
+    the model, the run's input shapes and `options`: a run of the same model
+    converts once. A model past protobuf's 2 GiB is converted every time."""
+    import json
+    import onnx
+    from dataclasses import replace
+    from bridge.converters import tflite_cache
+    shapes = getattr(source, "input_shapes", None) or {}
+    inputs = [replace(i, shape=tuple(shapes.get(i.name, i.shape))) for i in source.inputs]
+    key = source.conversion_key(road, inputs=inputs, **options)
+    data = tflite_cache.load(key, tflite_cache.ONNX)
+    if data is not None:
+        with source.stages.stage(f"{road} read from bridge's cache"):
+            model = onnx.load_from_string(data)
+            del data
+            meta = None
+            for i, prop in enumerate(model.metadata_props):
+                if prop.key == META_KEY:
+                    meta = json.loads(prop.value)
+                    del model.metadata_props[i]
+                    break
+        if meta is not None:
+            source.from_cache.add(road)
+            return model, meta
+    model, meta = convert()
+    if key is not None and model.ByteSize() < (2 << 30) - (1 << 20):
+        prop = model.metadata_props.add()
+        prop.key, prop.value = META_KEY, json.dumps(meta)
+        try:
+            data = model.SerializeToString()
+        finally:
+            del model.metadata_props[-1]
+        tflite_cache.store(key, data, tflite_cache.ONNX)
+    return model, meta
 
 
 def onnx_ge(source) -> Any:
@@ -109,12 +155,17 @@ def _convert_for_ge(source):
     eo = _converters()
     # below float32 (mixed_float16): in float32, as the export writes it for the built-in route
     low = bool(source.kind == "keras" and source.output_precision())
-    fn, signature, names = _tf_function(source, float32=low)
     source.ge_float32 = low
-    (model, external), opset, note = eo.at_lowest_opset(
-        lambda o: _convert_raw(eo, fn, signature, o, names), [o for o in EXPORT_OPSETS if o >= ge_opset()])
-    source.ge_opset_note = note
-    return with_data(model, external), opset
+    opsets = [o for o in EXPORT_OPSETS if o >= ge_opset()]
+
+    def convert():
+        fn, signature, names = _tf_function(source, float32=low)
+        (model, external), opset, note = eo.at_lowest_opset(
+            lambda o: _convert_raw(eo, fn, signature, o, names), opsets)
+        return with_data(model, external), {"opset": opset, "note": note}
+    model, meta = _disk_cached(source, "onnx-ge-raw", {"opsets": opsets, "float32": low}, convert)
+    source.ge_opset_note = meta["note"]
+    return model, meta["opset"]
 
 
 def _convert_raw(eo, fn, signature, opset, names):

@@ -298,14 +298,19 @@ def _run(source, adapters, broken, wanted, batch, seed, atol, rtol, per_layer, g
                 reference_layers = truth.layers
                 if tasks:
                     tasks.attach(res, reference_out, None, truth.outputs)
+            outputs = layers = None  # TF float32's layers: measured (truth.tf_layers) or kept as the reference
             continue
         own = _own_tolerance(getattr(rt, "tolerance", None))
-        res.outputs = _compare_outputs(outputs, reference_out, atol, rtol, res, own, truth,
-                                       precision=source.output_precision())
-        if tasks:
-            tasks.attach(res, outputs, reference_out, truth.outputs if truth else None, getattr(rt, "quantize", None))
-        if per_layer and reference_layers:
-            res.layers = _compare_layers(layers, reference_layers, atol, rtol, own, truth)
+        with stage(f"{name}: compare" + (f" ({len(layers)} layers)" if per_layer and layers else "")):
+            res.outputs = _compare_outputs(outputs, reference_out, atol, rtol, res, own, truth,
+                                           precision=source.output_precision())
+            if tasks:
+                tasks.attach(res, outputs, reference_out, truth.outputs if truth else None,
+                             getattr(rt, "quantize", None))
+            if per_layer and reference_layers:
+                res.layers = _compare_layers(layers, reference_layers, atol, rtol, own, truth)
+        # only the numbers stay: this runtime's tensors go before the next one runs
+        outputs = layers = None
 
     if reference_out is not None:
         for name, path in loaded:

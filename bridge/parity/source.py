@@ -12,6 +12,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -49,6 +50,9 @@ class ModelSource:
         self.per_layer = False           # set by the runner: sessions are then made with the layers marked
         self.requested: set = set()      # runtimes named in --runtimes (set by the runner)
         self.ge_opset_note = ""          # why the GE export is above ATC's default opset, if it is
+        self.tflite_from_cache: set = set()  # the TFLite memo keys read from bridge's conversion cache
+        self.planted: set = set()            # memo keys seeded by `put`
+        self.from_cache: set = set()         # memo keys of ONNX exports read from bridge's conversion cache
         if onnx_model is not None:  # a given export replaces bridge's own (--onnx)
             self._cache["onnx-custom"] = onnx_model
         self.inputs: List[TensorInfo] = list(resolved.inputs)
@@ -66,9 +70,13 @@ class ModelSource:
                 raise self._errors[key]
             try:
                 if label:
+                    t0 = time.perf_counter()
                     with self.stages.stage(label):
                         value = build()
-                    release_heap()  # what the build freed (tf2onnx's and the converter's copies) goes back
+                    # what the build freed (tf2onnx's and the converter's copies) goes back; after a long
+                    # one (an export, a conversion) its graphs' reference cycles too, which a collection
+                    # (~0.5 s with TensorFlow loaded) finds
+                    release_heap(collect=time.perf_counter() - t0 > 5.0)
                 else:
                     value = build()
             except BaseException as e:
@@ -77,9 +85,29 @@ class ModelSource:
             self._cache[key] = value
             return value
 
+    def has(self, key: str) -> bool:
+        """Whether `key` was built (or failed, or was planted) in this run already."""
+        with self._lock:
+            return key in self._cache or key in self._errors
+
+    def conversion_key(self, mode: str, quantize: str = "none", inputs=None, **extra) -> Optional[str]:
+        """This model's key in bridge's conversion cache (bridge.converters.tflite_cache)
+        for one conversion; None where there is none (an .onnx MODEL, an artefact
+        planted by a test, the cache off). `inputs`: the signature converted at
+        (the model's own by default)."""
+        if self.kind not in ("keras", "savedmodel") or self.planted:
+            return None
+        from bridge.converters import tflite_cache
+        digest = self.cached("model-digest", lambda: tflite_cache.model_digest(self.resolved), "hashing the model")
+        return tflite_cache.key(self.resolved, mode=mode, quantize=quantize, fuse=True, inputs=inputs,
+                                output_names=self.output_names, digest=digest, extra=extra)
+
     def put(self, key: str, value: Any) -> None:
-        """Seeds the memo (tests plant altered exports this way)."""
+        """Seeds the memo (tests plant altered exports this way). A run with a
+        planted artefact converts its TFLite files itself: bridge's conversion
+        cache knows the model, not what was planted in its place."""
         self._cache[key] = value
+        self.planted.add(key)
 
     @property
     def workdir(self) -> str:

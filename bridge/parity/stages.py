@@ -26,10 +26,12 @@ class Stage:
     seconds: float
     peak_rss_mb: Optional[float]   # None where the platform does not say
     depth: int = 0                 # nesting level (0: top)
+    cpu_seconds: float = 0.0       # the process's CPU time (every thread) during the stage: load on a shared
+    #                                machine stretches the wall time, much less this
 
     def to_json(self) -> dict:
-        return {"stage": self.name, "seconds": round(self.seconds, 3), "depth": self.depth,
-                "peak_rss_mb": None if self.peak_rss_mb is None else round(self.peak_rss_mb, 1)}
+        return {"stage": self.name, "seconds": round(self.seconds, 3), "cpu_seconds": round(self.cpu_seconds, 3),
+                "depth": self.depth, "peak_rss_mb": None if self.peak_rss_mb is None else round(self.peak_rss_mb, 1)}
 
 
 def _status_kb(field: str) -> Optional[int]:
@@ -81,11 +83,12 @@ class StageLog:
         row = Stage(name, 0.0, None, len(self._open))
         self.stages.append(row)  # in start order: an outer stage above its inner ones
         self._open.append(0.0)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         try:
             yield
         finally:
             row.seconds = time.perf_counter() - t0
+            row.cpu_seconds = time.process_time() - c0
             now = peak_rss_mb()
             row.peak_rss_mb = max(self._open.pop(), now) if now is not None else None
             if self._open and row.peak_rss_mb is not None:
@@ -109,12 +112,16 @@ class StageLog:
 _LIBC = None
 
 
-def release_heap() -> None:
+def release_heap(collect: bool = False) -> None:
     """Gives the heap pages freed so far back to the system (glibc's
     malloc_trim; nothing elsewhere). glibc keeps freed memory mapped: after a
     TFLite conversion of YOLOv3-416, ~5 GB that every later stage would
-    otherwise sit on top of."""
+    otherwise sit on top of. `collect`: a garbage collection first, for what
+    only reference cycles still hold (Keras models, traced graphs)."""
     global _LIBC
+    if collect:
+        import gc
+        gc.collect()
     try:
         if _LIBC is None:
             _LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")

@@ -33,6 +33,7 @@ is none.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import time
 from dataclasses import dataclass, field
 from typing import Dict, Mapping, Optional, Sequence
@@ -145,16 +146,20 @@ def establish(source, arrays: Mapping[str, np.ndarray], tf_outputs: Mapping[str,
         else:
             outputs, layers = runner.run(wide), {}
         outputs = float64_mod.checked_outputs(outputs, names)
-    truth = Truth(outputs, {}, {k: cmp.compare(tf_outputs[k], outputs[k], _bound(tf_outputs[k]), detail=True)
-                                for k in names})
-    # an output and its last layer share a name and a tensor: one dtype per name
-    truth.dtypes.update({k: np.asarray(tf_outputs[k]).dtype for k in names})
-    truth.tf_outputs = {k: truth._as_tf(k, c) for k, c in truth.tf_outputs.items()}
-    for n in tf_layers:  # a float64 layer with a NaN compares as a mismatch below: not a judge
-        if n in layers and np.asarray(layers[n]).dtype.kind == "f" and not np.isnan(layers[n]).any():
-            truth.layers[n] = np.asarray(layers[n])
-            truth.dtypes[n] = np.asarray(tf_layers[n]).dtype
-            truth.tf_layers[n] = truth._as_tf(n, cmp.compare(tf_layers[n], truth.layers[n], _bound(tf_layers[n])))
+        del twin, runner  # 2x the weights in float64: gone before the next runtime (they hold reference cycles)
+    gc.collect()
+    with source.stages.stage(f"{NAME}: TF float32 against it" + (f" ({len(layers)} layers)" if layers else "")):
+        truth = Truth(outputs, {}, {k: cmp.compare(tf_outputs[k], outputs[k], _bound(tf_outputs[k]), detail=True)
+                                    for k in names})
+        # an output and its last layer share a name and a tensor: one dtype per name
+        truth.dtypes.update({k: np.asarray(tf_outputs[k]).dtype for k in names})
+        truth.tf_outputs = {k: truth._as_tf(k, c) for k, c in truth.tf_outputs.items()}
+        for n in tf_layers:  # a float64 layer with a NaN compares as a mismatch below: not a judge
+            if n in layers and np.asarray(layers[n]).dtype.kind == "f" and not np.isnan(layers[n]).any():
+                truth.layers[n] = np.asarray(layers[n])
+                truth.dtypes[n] = np.asarray(tf_layers[n]).dtype
+                truth.tf_layers[n] = truth._as_tf(n, cmp.compare(tf_layers[n], truth.layers[n],
+                                                                 _bound(tf_layers[n])))
     truth.seconds = time.perf_counter() - t0
     return truth
 

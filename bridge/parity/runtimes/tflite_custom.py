@@ -16,7 +16,7 @@ from typing import Dict, Mapping
 import numpy as np
 
 from bridge.parity.runtime import Runtime, Unavailable
-from bridge.parity.runtimes.tflite import exported, graph_fused_note
+from bridge.parity.runtimes.tflite import cache_note, exported, graph_fused_note
 
 
 class TFLiteCustom(Runtime):
@@ -36,6 +36,9 @@ class TFLiteCustom(Runtime):
         data = exported(source, "custom", "none", static=True)
         if source.kind == "savedmodel":
             self.description = f"{self.description}; {graph_fused_note(source)}"
+        note = cache_note(source, "custom", "none", static=True)
+        if note:
+            self.description = f"{self.description}; {note}"
         from bridge.tflite_inspect import inspect_tflite
         served = {op for op, why in runtime.served_ops().items() if why is None}
         unserved = sorted(set(inspect_tflite(data).custom_codes) - served)
