@@ -527,7 +527,7 @@ def ort_library_build(folder, portable: Optional[bool] = None) -> "Build":
     version, compiler and CPU."""
     if is_core_folder(folder):
         return core_build(folder, "ort", portable=portable)
-    from bridge.onnx_plugins import ort_headers
+    from bridge import ort_headers
     folder, name = _team_folder(folder)
     include = _ort_include(fetch=True)
     cpu_cmake = _package_dir("bridge.tf_ops") / "cpu" / "native.cmake"
@@ -555,7 +555,7 @@ def onednn_root() -> Optional[Path]:
 def _ort_include(fetch: bool) -> Optional[Path]:
     """onnxruntime's C headers: found (ORT_INCLUDE_DIR, the cache), else fetched
     into the cache when `fetch`, else None."""
-    from bridge.onnx_plugins import ort_headers
+    from bridge import ort_headers
     include = ort_headers.find(cache_root())
     if include is None and fetch:
         try:
@@ -568,10 +568,10 @@ def _ort_include(fetch: bool) -> Optional[Path]:
 def ort_build(portable: Optional[bool] = None, fetch: bool = True) -> Optional[Build]:
     """The onnxruntime custom-op library (onnx_plugins/native), built against
     onnxruntime's C headers: `ORT_INCLUDE_DIR`, or Debian's libonnxruntime-dev
-    fetched into the cache (onnx_plugins/ort_headers.py). It binds to the
+    fetched into the cache (bridge/ort_headers.py). It binds to the
     headers' API version and loads into every onnxruntime that serves it.
     With fetch=False, returns None instead of fetching missing headers."""
-    from bridge.onnx_plugins import ort_headers
+    from bridge import ort_headers
     include = _ort_include(fetch)
     if include is None:
         return None
