@@ -120,50 +120,37 @@ def _judged_by_float64(check: Check, got: np.ndarray, ref: np.ndarray, tol, floa
 
 
 def float64_reference(source, feeds: Mapping[str, np.ndarray]) -> Callable[[], Mapping[str, np.ndarray]]:
-    """For compare_outputs: a callable giving the source's Keras model (unfused)
-    run in float64 on `feeds`, computed once on first call, raising NoFloat64
-    when the model has no trustworthy twin, or is not Keras (a SavedModel's
-    graph is fixed at float32)."""
-    if source.is_graph:  # a SavedModel or frozen GraphDef: its graph widened to float64
-        return _graph_float64_reference(source, feeds)
-    if not source.is_keras:
-        from bridge.parity.float64 import NoFloat64
+    """For compare_outputs: a callable giving the source's model (unfused) run in
+    float64 on `feeds`, computed once on first call: a Keras model's float64
+    twin, a SavedModel's or frozen GraphDef's graph widened
+    (bridge.parity.graph_float64); raising NoFloat64 when there is no
+    trustworthy twin, or none for the kind (an .onnx MODEL)."""
+    from bridge.parity.float64 import NoFloat64, no_verdict, twin_outputs
+    if source.is_graph:
+        from bridge.parity import graph_float64
+
+        def compute():
+            return graph_float64.outputs(graph_float64.graph_of(source.model), source.output_names, feeds)
+    elif source.is_keras:
+        def compute():
+            return twin_outputs(source.model, source.output_names, feeds)
+    else:
         from bridge.parity.truth import no_twin
 
-        def refuse():
+        def compute():
             raise NoFloat64(no_twin(source.kind))
-        return refuse
-    from bridge.parity.float64 import NoFloat64, no_verdict, twin_outputs
-    from bridge.parity.precision import output_precision
     memo: dict = {}
 
     def run():
         if "out" not in memo:
             try:
-                memo["out"] = twin_outputs(source.model, source.output_names, feeds)
+                memo["out"] = compute()
             except Exception as e:  # noqa: BLE001 - no verdict; the check keeps its FAIL and says why
                 memo["out"] = e if isinstance(e, NoFloat64) else NoFloat64(no_verdict(e))
         if isinstance(memo["out"], Exception):
             raise memo["out"]
         return memo["out"]
-    run.precision = output_precision(source.model, source.output_names)  # compare_outputs' default
-    return run
-
-
-def _graph_float64_reference(source, feeds: Mapping[str, np.ndarray]) -> Callable[[], Mapping[str, np.ndarray]]:
-    """float64_reference of a graph: bridge.parity.graph_float64's twin, run once on first call."""
-    from bridge.parity import graph_float64
-    from bridge.parity.float64 import NoFloat64, no_verdict
-    memo: dict = {}
-
-    def run():
-        if "out" not in memo:
-            try:
-                memo["out"] = graph_float64.outputs(graph_float64.graph_of(source.model), source.output_names,
-                                                    feeds)
-            except Exception as e:  # noqa: BLE001 - no verdict; the check keeps its FAIL and says why
-                memo["out"] = e if isinstance(e, NoFloat64) else NoFloat64(no_verdict(e))
-        if isinstance(memo["out"], Exception):
-            raise memo["out"]
-        return memo["out"]
+    if source.is_keras:
+        from bridge.parity.precision import output_precision
+        run.precision = output_precision(source.model, source.output_names)  # compare_outputs' default
     return run

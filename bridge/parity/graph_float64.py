@@ -16,7 +16,7 @@ from typing import Dict, Mapping, Sequence
 
 import numpy as np
 
-from bridge.parity.float64 import NoFloat64, checked_outputs, wide
+from bridge.parity.float64 import NoFloat64, checked_outputs, no_verdict, wide
 
 BATCH_NORMS = ("FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3")
 AGREE = 1e-5   # the float32 rewrite against the graph itself (relative to max(1, |y|))
@@ -53,13 +53,16 @@ def twin(graph_model, widen: bool = True):
 def _batch_norms_written_out(gd):
     """Each inference-mode FusedBatchNorm as Sub/AddV2/Rsqrt/Mul/AddV2 nodes, the
     last one keeping the node's name (its consumers read `name:0`)."""
-    from tensorflow.core.framework import node_def_pb2
+    import tensorflow as tf
+    from tensorflow.core.framework import graph_pb2
     consumers_of_extra = {i.split("^")[-1].split(":")[0] for n in gd.node for i in n.input
                           if ":" in i and not i.endswith(":0")}
-    out = []
+    new = graph_pb2.GraphDef()
+    new.versions.CopyFrom(gd.versions)
+    new.library.CopyFrom(gd.library)
     for node in gd.node:
         if node.op not in BATCH_NORMS:
-            out.append(node)
+            new.node.add().CopyFrom(node)
             continue
         where = f"{node.op} {node.name!r}"
         if node.attr["is_training"].b:
@@ -71,34 +74,19 @@ def _batch_norms_written_out(gd):
             raise NoFloat64(f"{where}: a node reads its batch statistics (outputs 1-5)")
         x, scale, offset, mean, var = list(node.input[:5])
         controls = [i for i in node.input if i.startswith("^")]
-        dtype = node.attr["T"]
+        dtype = node.attr["T"].type
+        eps = new.node.add(name=f"{node.name}/f64_epsilon", op="Const")
+        eps.attr["dtype"].type = dtype
+        eps.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(node.attr["epsilon"].f, tf.as_dtype(dtype)))
 
-        def emit(op, name, *ins, **attrs):
-            n = node_def_pb2.NodeDef(op=op, name=name, input=list(ins))
-            n.attr["T"].CopyFrom(dtype)
-            for k, v in attrs.items():
-                n.attr[k].CopyFrom(v)
-            out.append(n)
+        def emit(op, name, *ins):
+            n = new.node.add(op=op, name=name, input=list(ins))
+            n.attr["T"].type = dtype
             return name
-        from tensorflow.core.framework import attr_value_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
-        eps = node_def_pb2.NodeDef(op="Const", name=f"{node.name}/f64_epsilon")
-        eps.attr["dtype"].type = dtype.type
-        eps.attr["value"].CopyFrom(attr_value_pb2.AttrValue(tensor=tensor_pb2.TensorProto(
-            dtype=dtype.type, tensor_shape=tensor_shape_pb2.TensorShapeProto(),
-            float_val=[node.attr["epsilon"].f] if dtype.type == types_pb2.DT_FLOAT else [],
-            double_val=[node.attr["epsilon"].f] if dtype.type == types_pb2.DT_DOUBLE else [])))
-        out.append(eps)
         centred = emit("Sub", f"{node.name}/f64_centred", x, mean)
-        shifted = emit("AddV2", f"{node.name}/f64_var_eps", var, eps.name)
-        inv = emit("Rsqrt", f"{node.name}/f64_rsqrt", shifted)
-        gain = emit("Mul", f"{node.name}/f64_gain", inv, scale)
-        scaled = emit("Mul", f"{node.name}/f64_scaled", centred, gain)
+        inv = emit("Rsqrt", f"{node.name}/f64_rsqrt", emit("AddV2", f"{node.name}/f64_var_eps", var, eps.name))
+        scaled = emit("Mul", f"{node.name}/f64_scaled", centred, emit("Mul", f"{node.name}/f64_gain", inv, scale))
         emit("AddV2", node.name, scaled, offset, *controls)
-    from tensorflow.core.framework import graph_pb2
-    new = graph_pb2.GraphDef()
-    new.versions.CopyFrom(gd.versions)
-    new.library.CopyFrom(gd.library)
-    new.node.extend(out)
     return new
 
 
@@ -114,26 +102,23 @@ def run(graph_model, arrays: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
     return {k: np.asarray(v) for k, v in got.items()}
 
 
-def outputs(graph_model, output_names: Sequence[str], arrays: Mapping[str, np.ndarray],
-            mine: Mapping[str, np.ndarray] = None) -> Dict[str, np.ndarray]:
+def outputs(graph_model, output_names: Sequence[str], arrays: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
     """{output: float64 answer} of the graph on `arrays`, once its BatchNorms
     written out reproduce, at float32, the graph's own outputs; NoFloat64
-    naming why otherwise. `mine` (TF's own float32 run) is not the yardstick."""
+    naming why otherwise. Not TF's own float32 run: its kernels round differently."""
     from bridge.parity import compare as cmp
     if any(n.op in BATCH_NORMS for n in graph_model.graph_def.node):
-        # the rewrite against the same frozen graph run the same way (not TF's own run, `mine`,
-        # whose kernels round differently: at YOLOv3's depth by more than AGREE)
-        as_is = {k: v for k, v in arrays.items()}
+        # the rewrite against the same frozen graph run the same way (TF's own run rounds
+        # differently: at YOLOv3's depth by more than AGREE)
         try:
-            same = run(twin(graph_model, widen=False), as_is)
-            mine = run(graph_model, as_is)
+            same = run(twin(graph_model, widen=False), arrays)
+            own = run(graph_model, arrays)
         except NoFloat64:
             raise
         except Exception as e:  # noqa: BLE001 - the graph runs only as it was saved
-            raise NoFloat64(f"the graph's float32 rewrite does not run: {type(e).__name__}: "
-                            f"{str(e).splitlines()[0][:160] if str(e) else ''}") from None
+            raise NoFloat64(f"the graph's float32 rewrite does not run: {no_verdict(e)}") from None
         for k in output_names:
-            a, b = np.asarray(same.get(k)), np.asarray(mine.get(k))
+            a, b = np.asarray(same.get(k)), np.asarray(own.get(k))
             if a.shape != b.shape or (a.dtype.kind == "f" and not cmp.compare(b, a, cmp.Tolerance(AGREE)).passed):
                 raise NoFloat64(f"its BatchNorms written out do not compute what the graph does (output {k!r})")
     try:
@@ -141,6 +126,5 @@ def outputs(graph_model, output_names: Sequence[str], arrays: Mapping[str, np.nd
     except NoFloat64:
         raise
     except Exception as e:  # noqa: BLE001 - e.g. an op with no float64 kernel
-        raise NoFloat64(f"the graph does not run in float64: {type(e).__name__}: "
-                        f"{str(e).splitlines()[0][:160] if str(e) else ''}") from None
+        raise NoFloat64(f"the graph does not run in float64: {no_verdict(e)}") from None
     return checked_outputs(got, output_names)

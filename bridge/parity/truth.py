@@ -136,7 +136,7 @@ def establish(source, arrays: Mapping[str, np.ndarray], tf_outputs: Mapping[str,
     if source.kind == "savedmodel":  # a SavedModel or frozen GraphDef: its graph widened (outputs only)
         from bridge.parity import graph_float64
         with source.stages.stage(f"{NAME}: run (the graph widened to float64)"):
-            outputs = graph_float64.outputs(graph_float64.graph_of(source._model), names, arrays, mine=tf_outputs)
+            outputs = graph_float64.outputs(source.frozen_graph(), names, arrays)
         layers = {}
     elif source.kind != "keras":
         raise float64_mod.NoFloat64(no_twin(source.kind))
