@@ -109,3 +109,14 @@ def onednn_has_f32_brgemm() -> bool:
     except OSError:
         return False
     return {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags
+
+
+@pytest.fixture(scope="module")
+def litert_lib():
+    """bridge's LiteRT kernel library, built (or read from the cache) once per test module."""
+    from bridge import native
+    from bridge.litert import runtime
+    try:
+        return runtime.library()
+    except native.BuildError as e:
+        pytest.fail(f"the LiteRT kernels do not build here: {e}")

@@ -29,14 +29,6 @@ from bridge.tflite_inspect import inspect_tflite  # noqa: E402
 from case_rows import example_params, outputs  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def lib():
-    try:
-        return runtime.library()
-    except native.BuildError as e:
-        pytest.fail(f"the LiteRT kernels do not build here: {e}")
-
-
 def _rand(rng, shape, low=0.0):
     if low:
         return rng.uniform(low, low + 1.0, shape).astype(np.float32)
@@ -55,11 +47,11 @@ def _spec(name, shape):
     return tf.TensorSpec(shape, tf.float32, name=name)
 
 
-def _run_shapes(lib, data, feeds_list):
+def _run_shapes(litert_lib, data, feeds_list):
     """Outputs per feed on one compiled model (resized per shape). An empty
     batch is refused by LiteRT's CompiledModel itself (ResizeInputTensor wants
     positive dimensions): a clear error is expected there, and None returned."""
-    m = runtime.Model(data, lib=lib)
+    m = runtime.Model(data, lib=litert_lib)
     out = []
     try:
         for feeds in feeds_list:
@@ -77,7 +69,7 @@ def _run_shapes(lib, data, feeds_list):
 
 # -- each op in --mode custom on LiteRT, against the numpy reference -------------------
 @pytest.mark.parametrize("epsilon", [1e-6, 1e-3])
-def test_fused_layer_norm_custom(lib, rng, close, epsilon):
+def test_fused_layer_norm_custom(litert_lib, rng, close, epsilon):
     spec = ops.get("FusedLayerNorm")
     h = 7
     gamma, beta = _rand(rng, [h]), _rand(rng, [h])
@@ -86,7 +78,7 @@ def test_fused_layer_norm_custom(lib, rng, close, epsilon):
     shapes = [(2, 5, h), (1, 1, h), (3, 33, h), (0, 3, h)]
     xs = [_rand(rng, s) * 3 + 1 for s in shapes]
     xs[2] = xs[2] + np.float32(3e4)  # a large mean next to the spread (docs/ops.md)
-    for x, got in zip(xs, _run_shapes(lib, data, [{"x": x} for x in xs])):
+    for x, got in zip(xs, _run_shapes(litert_lib, data, [{"x": x} for x in xs])):
         if got is not None:
             close("FusedLayerNorm", got["y"], spec.reference(x, gamma, beta, epsilon=epsilon), what=str(x.shape))
 
@@ -97,7 +89,7 @@ def test_fused_layer_norm_custom(lib, rng, close, epsilon):
     dict(strides=[1, 1, 1, 1], padding="VALID", dilations=[1, 2, 2, 1], epsilon=1e-3, alpha=0.2),
     dict(strides=[1, 1, 2, 1], padding="EXPLICIT", explicit_paddings=[0, 0, 1, 2, 0, 1, 0, 0]),
 ], ids=["same", "same-s2", "valid-d2", "explicit"])
-def test_yolo_conv_bn_leaky_custom(lib, rng, close, attrs):
+def test_yolo_conv_bn_leaky_custom(litert_lib, rng, close, attrs):
     spec = ops.get("YoloConvBnLeaky")
     cin, cout = 3, 5
     params = [_rand(rng, [3, 3, cin, cout]), _rand(rng, [cout]), _rand(rng, [cout]), _rand(rng, [cout]),
@@ -105,12 +97,12 @@ def test_yolo_conv_bn_leaky_custom(lib, rng, close, attrs):
     data = _custom(lambda x: tf_ops.yolo_conv_bn_leaky(x, *params, **attrs),
                    [_spec("x", [None, None, None, cin])], ["y"], "YoloConvBnLeaky")
     xs = [_rand(rng, s) for s in [(1, 7, 9, cin), (2, 11, 10, cin), (1, 5, 5, cin), (0, 7, 9, cin)]]
-    for x, got in zip(xs, _run_shapes(lib, data, [{"x": x} for x in xs])):
+    for x, got in zip(xs, _run_shapes(litert_lib, data, [{"x": x} for x in xs])):
         if got is not None:
             close("YoloConvBnLeaky", got["y"], spec.reference(x, *params, **attrs), what=str(x.shape))
 
 
-def test_yolo_conv_bn_leaky_custom_winograd_layer(lib, rng, close):
+def test_yolo_conv_bn_leaky_custom_winograd_layer(litert_lib, rng, close):
     """A 3x3 stride-1 layer with Cin >= 128: the Winograd road of conv_core.h."""
     spec = ops.get("YoloConvBnLeaky")
     cin, cout = 128, 64
@@ -120,7 +112,7 @@ def test_yolo_conv_bn_leaky_custom_winograd_layer(lib, rng, close):
     data = _custom(lambda x: tf_ops.yolo_conv_bn_leaky(x, *params, **attrs),
                    [_spec("x", [None, 13, 13, cin])], ["y"], "YoloConvBnLeaky")
     x = _rand(rng, (1, 13, 13, cin))
-    got = _run_shapes(lib, data, [{"x": x}])[0]["y"]
+    got = _run_shapes(litert_lib, data, [{"x": x}])[0]["y"]
     close("YoloConvBnLeaky", got, spec.reference(x, *params, **attrs))
 
 
@@ -128,14 +120,14 @@ def test_yolo_conv_bn_leaky_custom_winograd_layer(lib, rng, close):
     dict(anchors=[10.0, 13.0, 33.0, 23.0], num_classes=3, stride=8, scale_x_y=1.05),
     dict(anchors=[116.0, 90.0], num_classes=1, stride=32, scale_x_y=1.0),
 ], ids=["two-anchors", "one-anchor"])
-def test_yolo_decode_custom(lib, rng, close, attrs):
+def test_yolo_decode_custom(litert_lib, rng, close, attrs):
     spec = ops.get("YoloDecode")
     ch = len(attrs["anchors"]) // 2 * (5 + attrs["num_classes"])
     names = [o.name for o in spec.outputs]
     data = _custom(lambda raw: tf_ops.yolo_decode(raw, **attrs), [_spec("raw", [None, None, None, ch])], names,
                    "YoloDecode")
     raws = [_rand(rng, s) for s in [(2, 3, 5, ch), (1, 1, 1, ch), (1, 13, 7, ch), (0, 2, 2, ch)]]
-    for raw, got in zip(raws, _run_shapes(lib, data, [{"raw": r} for r in raws])):
+    for raw, got in zip(raws, _run_shapes(litert_lib, data, [{"raw": r} for r in raws])):
         for name, ref in zip(names, spec.reference(raw, **attrs) if got is not None else []):
             close("YoloDecode", got[name], ref, what=f"{name} {raw.shape}")
 
@@ -145,7 +137,7 @@ def test_yolo_decode_custom(lib, rng, close, attrs):
     ("yolov3-tiny", {"input_size": 64, "decode": True}),
     ("bert", {"layers": 2, "hidden": 64, "heads": 4, "intermediate": 128, "vocab_size": 500}),
 ], ids=["yolov3-tiny", "bert"])
-def test_model_custom_mode_passes_parity(lib, name, config):
+def test_model_custom_mode_passes_parity(litert_lib, name, config):
     from bridge.parity import open_source, run_parity
     source = open_source(name, config=config)
     try:
@@ -191,7 +183,7 @@ def _run_in_subprocess(tmp_path, data: bytes, feeds_shape):
     ({**GOOD_DECODE, "anchors": [10.0, 13.0, 33.0]}, "anchors", "needs 2*A values [w0,h0,w1,h1,...], got 3"),
     ({**GOOD_DECODE, "anchors": [10.0, -13.0]}, "anchors", "must all be positive"),
 ], ids=["missing-key", "wrong-type", "odd-anchors", "negative-anchor"])
-def test_bad_decode_attributes_name_op_and_argument(lib, tmp_path, options, arg, message):
+def test_bad_decode_attributes_name_op_and_argument(litert_lib, tmp_path, options, arg, message):
     rc, out = _run_in_subprocess(tmp_path, _decode_file(options), [1, 2, 2, 7])
     assert rc == 3, (rc, out)  # a clean error, not a crash (negative) nor a run
     assert f"YoloDecode: argument '{arg}': {message}" in out, out
@@ -205,7 +197,7 @@ def test_bad_decode_attributes_name_op_and_argument(lib, tmp_path, options, arg,
     ({"T": 0, "strides": [1, 1, 1, 1]}, "padding", "is missing"),
     ({"T": 1, "padding": "SAME", "strides": [1, 1, 1, 1]}, "T", "this LiteRT kernel runs float32 (TensorType 0) only"),
 ], ids=["short-strides", "bad-padding", "short-explicit", "missing-padding", "float16"])
-def test_bad_conv_attributes_name_op_and_argument(lib, tmp_path, rng, options, arg, message):
+def test_bad_conv_attributes_name_op_and_argument(litert_lib, tmp_path, rng, options, arg, message):
     consts = [("filter", _rand(rng, [1, 1, 2, 3]))] + [(n, _rand(rng, [3], low=0.5)) for n in
                                                        ("conv_bias", "bn_gamma", "bn_beta", "bn_mean", "bn_variance")]
     data = one_op_model("YoloConvBnLeaky", [("x", [1, 4, 4, 2]), *consts], ["y"], options)
@@ -214,7 +206,7 @@ def test_bad_conv_attributes_name_op_and_argument(lib, tmp_path, rng, options, a
     assert f"YoloConvBnLeaky: argument '{arg}': {message}" in out, out
 
 
-def test_bad_input_shape_is_named_at_prepare(lib, tmp_path, rng):
+def test_bad_input_shape_is_named_at_prepare(litert_lib, tmp_path, rng):
     gamma = _rand(rng, [4])
     data = one_op_model("FusedLayerNorm", [("x", [1, 5]), ("gamma", gamma), ("beta", gamma)], ["y"],
                         {"T": 0, "epsilon": 1e-5})
@@ -224,17 +216,17 @@ def test_bad_input_shape_is_named_at_prepare(lib, tmp_path, rng):
 
 
 @pytest.mark.parametrize("cut", [1, 5, 17])
-def test_truncated_attribute_buffer_is_an_error_not_a_crash(lib, tmp_path, cut):
+def test_truncated_attribute_buffer_is_an_error_not_a_crash(litert_lib, tmp_path, cut):
     raw = flexbuffer(GOOD_DECODE)
     rc, out = _run_in_subprocess(tmp_path, _decode_file(raw[cut:]), [1, 2, 2, 7])
     assert rc == 3, (rc, out)
     assert out.startswith("ERROR: YoloDecode: "), out
 
 
-def test_good_hand_made_file_runs(lib, rng, close):
+def test_good_hand_made_file_runs(litert_lib, rng, close):
     """The bad-attribute files differ from this one only in the attribute named."""
     raw = _rand(rng, (1, 2, 2, 7))
-    got = runtime.Model(_decode_file(GOOD_DECODE), lib=lib).run({"raw": raw})
+    got = runtime.Model(_decode_file(GOOD_DECODE), lib=litert_lib).run({"raw": raw})
     attrs = {k: v for k, v in GOOD_DECODE.items() if k != "T"}
     for name, ref in zip(["boxes", "objectness", "class_probs"], ops.get("YoloDecode").reference(raw, **attrs)):
         close("YoloDecode", got[name], ref, what=name)
@@ -277,13 +269,13 @@ def test_every_declared_function_is_exported_by_the_installed_litert():
     assert native.litert_missing_symbols(native.litert_library(), native.litert_declared(header)) == []
 
 
-def test_bridge_ops_says_the_tflite_kernels_are_real(lib):
+def test_bridge_ops_says_the_tflite_kernels_are_real(litert_lib):
     from bridge.backends import table
     assert {op: row["tflite"] for op, row in table().items()} == {s.name: "yes" for s in ops.all_specs()}
 
 
 @pytest.mark.parametrize("spec,example", example_params(empty=False))
-def test_every_op_passes_its_case_table_on_litert(lib, close, spec, example):
+def test_every_op_passes_its_case_table_on_litert(litert_lib, close, spec, example):
     """The op's shared case table (bridge/ops/cases.py: odd sizes, size 1, large
     means, SAME with an odd total padding, dilation 2, attribute edges), each row
     exported in --mode custom (the first input fed, the others constants) and run
@@ -293,18 +285,18 @@ def test_every_op_passes_its_case_table_on_litert(lib, close, spec, example):
     fn_op = getattr(tf_ops, spec.module)
     data = _custom(lambda x: fn_op(x, *rest, **example.attrs), [_spec(spec.inputs[0].name, first.shape)],
                    [o.name for o in spec.outputs], spec.name)
-    got = _run_shapes(lib, data, [{spec.inputs[0].name: first}])[0]
+    got = _run_shapes(litert_lib, data, [{spec.inputs[0].name: first}])[0]
     ref = spec.reference(first, *rest, **example.attrs)  # of the float32 values the kernel sees
     for out, r in zip(spec.outputs, outputs(ref)):
         close(spec.name, got[out.name], r, what=f"{example.id} {out.name}")
 
 
-def test_an_empty_constant_is_refused_naming_the_output_and_its_shape(lib):
+def test_an_empty_constant_is_refused_naming_the_output_and_its_shape(litert_lib):
     """An empty constant x (0 rows) makes an empty output, which LiteRT's
     CompiledModel does not allocate: the error names the output and the shape."""
     data = one_op_model("FusedLayerNorm", [("x", np.zeros((0, 4), np.float32)), ("gamma", [4]),
                                            ("beta", np.zeros(4, np.float32))], ["y"], {"epsilon": 1e-5})
-    model = runtime.Model(data, lib=lib)
+    model = runtime.Model(data, lib=litert_lib)
     try:
         with pytest.raises(runtime.LiteRTError, match=r"allocating output y failed .*its shape \[0,4\] is empty"):
             model.run({"gamma": np.ones(4, np.float32)})
@@ -313,7 +305,7 @@ def test_an_empty_constant_is_refused_naming_the_output_and_its_shape(lib):
 
 
 @pytest.mark.parametrize("dtype", ["bool", "uint8", "int8", "int16", "float64"])
-def test_inputs_and_outputs_of_every_element_type_are_copied(lib, dtype, rng):
+def test_inputs_and_outputs_of_every_element_type_are_copied(litert_lib, dtype, rng):
     """One-byte and other non-float32 tensors go in and come out as they are
     (a bool mask copied as 0 bytes once ran on whatever the buffer held:
     where(mask, x, -x) returned x)."""
@@ -339,7 +331,7 @@ def test_inputs_and_outputs_of_every_element_type_are_copied(lib, dtype, rng):
          else rng.integers(-3 if dtype != "uint8" else 0, 4, 5).astype(dtype))
     x = rng.uniform(0.5, 1.5, 5).astype(np.float32)
     try:
-        model = runtime.Model(data, custom=False, lib=lib)
+        model = runtime.Model(data, custom=False, lib=litert_lib)
     except runtime.LiteRTError as e:
         if "Flex" in str(e) or "Select" in str(e):
             pytest.skip(f"LiteRT here runs no TF select ops: {str(e)[:120]}")

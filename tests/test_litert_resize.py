@@ -20,18 +20,9 @@ import pytest
 pytest.importorskip("ai_edge_litert")
 tf = pytest.importorskip("tensorflow")
 
-from bridge import native  # noqa: E402
 from bridge.litert import runtime  # noqa: E402
 
 W = np.linspace(-1.0, 1.0, 8 * 5).reshape(8, 5).astype(np.float32)
-
-
-@pytest.fixture(scope="module")
-def lib():
-    try:
-        return runtime.library()
-    except native.BuildError as e:
-        pytest.fail(f"the LiteRT kernels do not build here: {e}")
 
 
 def _convert(fn) -> bytes:
@@ -54,14 +45,14 @@ def models(tmp_path_factory):
     return d
 
 
-def _runs(lib, path, lengths, guard=True):
+def _runs(litert_lib, path, lengths, guard=True):
     """[(length, output or error)] from one Model in a child process; its exit status.
     guard=False: without runtime.py's check, to see the harness's own."""
     code = textwrap.dedent(f"""
         import json, numpy as np, sys
         from pathlib import Path
         from bridge.litert import runtime
-        m = runtime.Model({str(path)!r}, custom=False, lib=Path({str(lib)!r}))
+        m = runtime.Model({str(path)!r}, custom=False, lib=Path({str(litert_lib)!r}))
         if not {guard!r}:
             m._shape_computed = {{}}
         out = []
@@ -83,8 +74,8 @@ def _x(n):
     return np.random.default_rng(n).standard_normal((1, n, 8)).astype(np.float32).astype(np.float64)
 
 
-def test_a_shape_computed_output_at_another_length_is_refused_not_written_past(lib, models):
-    rc, got = _runs(lib, models / "shaped.tflite", [32, 1, 3])
+def test_a_shape_computed_output_at_another_length_is_refused_not_written_past(litert_lib, models):
+    rc, got = _runs(litert_lib, models / "shaped.tflite", [32, 1, 3])
     assert rc == 0, (rc, got)  # no crash (it was heap corruption: signal 6/11)
     (n32, e32), (n1, y1), (n3, e3) = got
     for n, e in ((32, e32), (3, e3)):
@@ -96,9 +87,9 @@ def test_a_shape_computed_output_at_another_length_is_refused_not_written_past(l
     assert np.asarray(y1).shape == ref.shape and np.allclose(y1, ref, rtol=1e-5, atol=1e-5), (y1, ref)
 
 
-def test_an_output_that_follows_the_resize_runs_at_every_length(lib, models):
+def test_an_output_that_follows_the_resize_runs_at_every_length(litert_lib, models):
     lengths = [32, 1, 3, 17]
-    rc, got = _runs(lib, models / "plain.tflite", lengths)
+    rc, got = _runs(litert_lib, models / "plain.tflite", lengths)
     assert rc == 0, (rc, got)
     for (n, y), want_n in zip(got, lengths):
         assert n == want_n and not isinstance(y, str), y
@@ -108,12 +99,12 @@ def test_an_output_that_follows_the_resize_runs_at_every_length(lib, models):
         assert np.isfinite(y).all() and np.allclose(y, ref, rtol=1e-5, atol=1e-5), np.abs(y - ref).max()
 
 
-def test_the_harness_refuses_an_output_the_run_resized(lib, models):
+def test_the_harness_refuses_an_output_the_run_resized(litert_lib, models):
     """The harness's own check after each run, for what runtime.py cannot see
     beforehand: at length 2 the real output (24 bytes) still fits the 64-byte
     buffer the harness allocates at least, so nothing is written out of bounds
     here, but the shape LiteRT sized before the run ([1,1,3]) is not the output's."""
-    rc, got = _runs(lib, models / "shaped.tflite", [2, 1], guard=False)
+    rc, got = _runs(litert_lib, models / "shaped.tflite", [2, 1], guard=False)
     assert rc == 0, (rc, got)
     first = ("ERROR: output y: LiteRT's CompiledModel sized it [1,1,3] before the run, which made it [1,2,3] "
              "(its shape is computed while running); convert the model at these input shapes")

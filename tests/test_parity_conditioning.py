@@ -249,10 +249,11 @@ def test_export_check_asks_float64_only_for_failures_and_says_when_there_is_none
         raise NoFloat64("a made-up reason")
     (c,) = _export_checks(cancelling, 2 * cancelling["f64"] - tf32, none)
     assert not c.passed and c.status == "FAIL" and "no float64 verdict: a made-up reason" in c.note
-    # a SavedModel has no float64 run: its check says so rather than nothing
-    saved = float64_reference(SimpleNamespace(is_keras=False, kind="savedmodel"), {"x": cancelling["x"]})
-    (c,) = _export_checks(cancelling, 2 * cancelling["f64"] - tf32, saved)
-    assert not c.passed and c.status == "FAIL" and "no float64 verdict: a SavedModel" in c.note, c.note
+    # a model with no float64 run (an .onnx MODEL; SavedModels have their graph's): its check says so
+    onnx_model = float64_reference(SimpleNamespace(is_keras=False, is_graph=False, kind="onnx"),
+                                   {"x": cancelling["x"]})
+    (c,) = _export_checks(cancelling, 2 * cancelling["f64"] - tf32, onnx_model)
+    assert not c.passed and c.status == "FAIL" and "no float64 verdict: an .onnx MODEL" in c.note, c.note
 
 
 def test_bridge_export_judges_an_ill_conditioned_output_by_float64(cancelling, tmp_path, monkeypatch, capsys):

@@ -148,13 +148,23 @@ class ModelSource:
                     for k, d in precision.output_precision(model, self.output_names).items()}
         return self.cached("output-precision", build)
 
+    def frozen_graph(self):
+        """A SavedModel's serving signature frozen (a GraphModel; a frozen GraphDef
+        is one already), once a run: graph fusion and the float64 twin read it."""
+        from bridge.converters.graph_model import load
+        return self.cached("frozen-graph", lambda: load(self._model), "freezing the graph")
+
     def fused_model(self):
         """(fused Keras model, fusion report) from bridge.converters.fuse; for a
         SavedModel or frozen graph, (fused GraphModel, report) from graph_fuse."""
         def build():
             if self.kind == "savedmodel":
                 from bridge.converters.graph_fuse import fuse_graph
-                return fuse_graph(self._model)
+                try:
+                    graph = self.frozen_graph()
+                except Exception:  # noqa: BLE001 - fuse_graph says why the graph passes through unfused
+                    graph = self._model
+                return fuse_graph(graph)
             model = self.keras_model()
             try:
                 from bridge.converters import fuse

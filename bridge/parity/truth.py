@@ -132,21 +132,16 @@ def establish(source, arrays: Mapping[str, np.ndarray], tf_outputs: Mapping[str,
     error that ended the run) when there is none."""
     (log or (lambda msg: None))(f"{NAME}: running")
     t0 = time.perf_counter()
-    if source.kind != "keras":
-        raise float64_mod.NoFloat64(no_twin(source.kind))
-    from bridge.parity.tf_common import KerasRunner
     names = list(source.output_names)
-    with source.stages.stage(f"{NAME}: run" + (f" ({len(layer_names)} layers marked)" if layer_names else "")):
-        twin = float64_mod.checked_twin(source.keras_model(), names, arrays, mine=tf_outputs)
-        runner = KerasRunner(source, twin)
-        wide = float64_mod.wide(arrays)
-        wanted = [n for n in layer_names if n in set(runner.layer_names())]
-        if wanted:
-            outputs, layers = runner.run_with_intermediates(wide, wanted)
-        else:
-            outputs, layers = runner.run(wide), {}
-        outputs = float64_mod.checked_outputs(outputs, names)
-        del twin, runner  # 2x the weights in float64: gone before the next runtime (they hold reference cycles)
+    if source.kind == "savedmodel":  # a SavedModel or frozen GraphDef: its graph widened (outputs only)
+        from bridge.parity import graph_float64
+        with source.stages.stage(f"{NAME}: run (the graph widened to float64)"):
+            outputs = graph_float64.outputs(source.frozen_graph(), names, arrays)
+        layers = {}
+    elif source.kind != "keras":
+        raise float64_mod.NoFloat64(no_twin(source.kind))
+    else:
+        outputs, layers = _keras_run(source, arrays, tf_outputs, layer_names, names)
     gc.collect()
     with source.stages.stage(f"{NAME}: TF float32 against it" + (f" ({len(layers)} layers)" if layers else "")):
         truth = Truth(outputs, {}, {k: cmp.compare(tf_outputs[k], outputs[k], _bound(tf_outputs[k]), detail=True)
@@ -162,6 +157,23 @@ def establish(source, arrays: Mapping[str, np.ndarray], tf_outputs: Mapping[str,
                                                                  _bound(tf_layers[n])))
     truth.seconds = time.perf_counter() - t0
     return truth
+
+
+def _keras_run(source, arrays, tf_outputs, layer_names, names):
+    """(outputs, layers) of the Keras model's float64 twin."""
+    from bridge.parity.tf_common import KerasRunner
+    with source.stages.stage(f"{NAME}: run" + (f" ({len(layer_names)} layers marked)" if layer_names else "")):
+        twin = float64_mod.checked_twin(source.keras_model(), names, arrays, mine=tf_outputs)
+        runner = KerasRunner(source, twin)
+        wide = float64_mod.wide(arrays)
+        wanted = [n for n in layer_names if n in set(runner.layer_names())]
+        if wanted:
+            outputs, layers = runner.run_with_intermediates(wide, wanted)
+        else:
+            outputs, layers = runner.run(wide), {}
+        outputs = float64_mod.checked_outputs(outputs, names)
+        del twin, runner  # 2x the weights in float64: gone before the next runtime (they hold reference cycles)
+    return outputs, layers
 
 
 def no_twin(kind: str) -> str:
