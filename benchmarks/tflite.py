@@ -1,5 +1,5 @@
 """LiteRT CPU speeds: bridge's custom-op kernels (the `--mode custom` export
-with bridge/litert registered) against the lowered export (TFLite builtins,
+with litert/ registered) against the lowered export (TFLite builtins,
 XNNPack on), side by side in one run, per op and on YOLOv3-416.
 
     python benchmarks/tflite.py [--repeat 20] [--quick] [--only ops,yolov3-416] [--json]

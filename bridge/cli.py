@@ -60,7 +60,7 @@ def _add_team_op_arguments(sp, imports: bool = True) -> None:
     from bridge.litert.team_libraries import FLAG as LITERT_FLAG
     g.add_argument(LITERT_FLAG, metavar="DIR",
                    help="its LiteRT kernels: a folder of .cc files (one per op, against "
-                        "bridge/litert/native/common.h), built here into bridge's LiteRT kernels for "
+                        "litert/native/common.h), built here into bridge's LiteRT kernels for "
                         "--to tflite --mode custom and the tflite-custom parity runtime")
 
 

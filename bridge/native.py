@@ -377,7 +377,7 @@ def op_headers(cores: Optional[List[Tuple[object, Path]]] = None) -> Tuple[Path,
     root = _package_dir("bridge")
     # The built-in ops with an adapter of their own (<module>.cc in a host folder) read their header too;
     # only those: a spec without native code must not change the builds' keys.
-    adapters = {p.stem for d in (_tf_ops_dir(), _package_dir("bridge") / "litert" / "native",
+    adapters = {p.stem for d in (_tf_ops_dir(), _package_dir("bridge.litert") / "native",
                                  _tf_ops_dir().parent / "onnx_plugins" / "native") for p in d.glob("*.cc")}
     files = cpp_header.render_all([(spec, path.relative_to(root).as_posix() if path.is_relative_to(root)
                                     else str(path)) for spec, path in cores],
@@ -595,7 +595,7 @@ def ort_build(portable: Optional[bool] = None, fetch: bool = True) -> Optional[B
 
 
 # ai-edge-litert versions the LiteRT kernels were checked against; another one
-# is built and self-tested (bridge/litert/runtime.py) but named in a warning.
+# is built and self-tested (litert/runtime.py) but named in a warning.
 LITERT_KNOWN = ("2.3.0",)
 
 
@@ -640,10 +640,10 @@ def litert_missing_symbols(library: Path, names: Iterable[str]) -> List[str]:
 
 
 def litert_build(portable: Optional[bool] = None) -> Build:
-    """bridge's LiteRT custom-op kernels (bridge/litert/native), linked against
+    """bridge's LiteRT custom-op kernels (litert/native), linked against
     the installed libLiteRt.so, bound to its ai-edge-litert version. Checks
-    first that the library exports every function bridge/litert/native/litert_c_api.h
-    declares; the self-test model runs on first use (bridge/litert/runtime.py)."""
+    first that the library exports every function litert/native/litert_c_api.h
+    declares; the self-test model runs on first use (litert/runtime.py)."""
     source = _package_dir("bridge.litert") / "native"
     lib = litert_library()
     version = litert_version()
@@ -654,7 +654,7 @@ def litert_build(portable: Optional[bool] = None) -> Build:
     if missing:
         raise BuildError(
             f"ai-edge-litert {version}'s {lib.name} ({lib}) does not export {', '.join(missing)}, which bridge's "
-            f"LiteRT kernels call (declared in bridge/litert/native/litert_c_api.h; known to work with ai-edge-litert "
+            f"LiteRT kernels call (declared in litert/native/litert_c_api.h; known to work with ai-edge-litert "
             f"{', '.join(LITERT_KNOWN)}). Fix: pip install ai-edge-litert=={LITERT_KNOWN[-1]}; --mode lowered runs "
             f"on any LiteRT")
     if version not in LITERT_KNOWN:
@@ -678,7 +678,7 @@ def litert_build(portable: Optional[bool] = None) -> Build:
 def litert_library_build(folder, portable: Optional[bool] = None) -> Build:
     """bridge's LiteRT kernels with a team's op files added (`--litert-library
     DIR`, `bridge build DIR`): every DIR/*.cc registers one op through
-    bridge/litert/native/common.h, like bridge's own op files, and is compiled
+    litert/native/common.h, like bridge's own op files, and is compiled
     into the same library (BRIDGE_EXTRA_OP_SOURCES), cached apart from bridge's
     own build and keyed by the team files too."""
     if is_core_folder(folder):
@@ -688,7 +688,7 @@ def litert_library_build(folder, portable: Optional[bool] = None) -> Build:
     sources = sorted(folder.glob("*.cc"))
     if not folder.is_dir() or not sources:
         raise BuildError(f"{folder} has no .cc files (a LiteRT op folder holds one .cc per op, written against "
-                         f"bridge/litert/native/common.h)")
+                         f"litert/native/common.h)")
     if ";" in str(folder):  # CMake would split the list of sources there
         raise BuildError(f"{folder}: a LiteRT op folder's path cannot contain ';'")
     base = litert_build(portable=portable)

@@ -7,7 +7,7 @@ Modes:
   MEAN, ...). It runs on any TFLite runtime, delegates included.
 - `custom`: the fused ops stay TFLite CUSTOM ops (custom_code = the op type, the TF
   attributes in a FlexBuffer), for runtimes that bring their own kernels: bridge's
-  LiteRT kernels (bridge/litert) run them, and verify the file here when they
+  LiteRT kernels (litert/) run them, and verify the file here when they
   serve every custom op in it. The report lists each custom op with its
   custom_code, version and attribute keys, what an application registers.
 

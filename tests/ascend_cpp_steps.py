@@ -5,10 +5,10 @@ ONNX operator's input order), attributes and constants (values for one node's at
 - `cpp_steps` reads the generated C++ of ParseOpToGraph<Op>: every statement must be one
   the reader knows (an unknown one fails, so nothing is skipped), GE's operator types,
   ports and attribute spellings are mapped back to ONNX's by the tables below (stated here
-  from GE's operator documentation, not taken from bridge/ascend/render_cpp.py), and the
+  from GE's operator documentation, not taken from ascend/render_cpp.py), and the
   C++ expressions of constants and attributes are evaluated with float32 arithmetic by a
   small whitelisting evaluator (no eval);
-- `onnx_steps` reads the expanded ONNX model (bridge/ascend/render_onnx.py's output).
+- `onnx_steps` reads the expanded ONNX model (ascend/render_onnx.py's output).
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Every generated Ascend C++ source compiled in CI, against bridge's own declarations of
-the CANN API it uses (bridge/ascend/cann_decls, written from Huawei's documentation: CANN's
+the CANN API it uses (ascend/cann_decls, written from Huawei's documentation: CANN's
 headers are on no package index): `g++ -fsyntax-only -Wall -Wextra -Werror`, one
 translation unit per file set (its sources #included in turn), the sets side by side.
 
@@ -23,7 +23,7 @@ from bridge.ascend.ge_custom.package import package_files
 
 from test_ascend_custom_route import SPECS
 
-DECLS = Path(__file__).resolve().parent.parent / "bridge" / "ascend" / "cann_decls"
+DECLS = Path(__file__).resolve().parent.parent / "ascend" / "cann_decls"
 GXX = ["g++", "-std=c++17", "-fsyntax-only", "-Wall", "-Wextra", "-Werror", "-isystem", str(DECLS)]
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ on PATH")

@@ -1,5 +1,5 @@
 """Every op's GE decomposition comes from its one decomposition, the ONNX body of
-its spec (bridge/ascend/from_body.py): no hand-written expansion is left, the one
+its spec (ascend/from_body.py): no hand-written expansion is left, the one
 ONNX -> GE table is what the numeric checks exercise, and a body op without a
 mapping is named where the user meets it (the pre-flight of a GE export)."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""bridge's LiteRT kernels (bridge/litert): the `--mode custom` TFLite export run
+"""bridge's LiteRT kernels (litert/): the `--mode custom` TFLite export run
 on LiteRT's CompiledModel with the custom ops registered through LiteRT's C API.
 
 Judges: the numpy float64 references of bridge.ops (each op exported alone in

@@ -1,5 +1,5 @@
 """A .tflite converted with a dynamic dimension, run on bridge's LiteRT harness at
-other lengths (bridge/litert/runtime.py, shape_guard.py, native/harness.cc).
+other lengths (litert/runtime.py, shape_guard.py, native/harness.cc).
 
 An output whose shape a SHAPE op computes (tf.shape -> fill) is sized by LiteRT's
 CompiledModel for the file's shapes; at other lengths the run wrote past its

@@ -11,7 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 TOP = {"bridge": "bridge", "tf_ops": "bridge.tf_ops", "onnx_plugins": "bridge.onnx_plugins",
-       "converters": "bridge.converters", "models": "bridge.models"}
+       "converters": "bridge.converters", "models": "bridge.models", "litert": "bridge.litert", "ascend": "bridge.ascend"}
 
 
 def _packages_on_disk():

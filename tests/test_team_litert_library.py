@@ -1,5 +1,5 @@
 """A team's own LiteRT kernel (examples/custom_op/litert: FusedBiasGelu written
-against bridge/litert/native/common.h) through `--litert-library`: compiled into
+against litert/native/common.h) through `--litert-library`: compiled into
 a build of bridge's LiteRT kernels of its own, its outputs against the numpy
 float64 reference of the spec (one-op .tflite files), a bad bias named, and the
 TFLite custom-op road of a SavedModel verified by `bridge export` and `bridge

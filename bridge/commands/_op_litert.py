@@ -1,5 +1,5 @@
 """The LiteRT file of `bridge op new`: `litert/<module>.cc`, the op's kernel
-against bridge's Node API (bridge/litert/native/common.h), which
+against bridge's Node API (litert/native/common.h), which
 `--litert-library DIR/litert` compiles into a build of bridge's LiteRT kernels.
 
 What LiteRT must know of the op (the TFLite custom code, its tensor counts, the
@@ -54,7 +54,7 @@ KERNEL_TEMPLATE = '''// {name}'s LiteRT kernel, for the TFLite CUSTOM node "{nam
 // `bridge export --to tflite --mode custom` keeps. float32 only: bridge's LiteRT
 // kernels run float32 tensors (T = TensorType 0).{others}
 //
-// Written against the Node API of bridge/litert/native/common.h, like bridge's own
+// Written against the Node API of litert/native/common.h, like bridge's own
 // LiteRT ops: bridge compiles this folder's files into a build of its LiteRT kernels
 // of their own, which does the LiteRT plumbing (attributes, shapes, buffers, errors):
 //   bridge export MODEL --to tflite --mode custom --op-spec ../{module}.py

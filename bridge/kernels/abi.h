@@ -13,7 +13,7 @@
 // dims -1, unknown rank), at run time, on every runtime, in the words of the
 // Python spec. Compute runs on plain views; its parallel loops go through the
 // host's ParallelFor, so each runtime's own pool does the work.
-// Hosts: tf_ops/host.cc, onnx_plugins/native/host.cc, bridge/litert/native/host.cc.
+// Hosts: tf_ops/host.cc, onnx_plugins/native/host.cc, litert/native/host.cc.
 #ifndef BRIDGE_KERNELS_ABI_H_
 #define BRIDGE_KERNELS_ABI_H_
 

@@ -6,7 +6,7 @@ A spec's `body(b, *inputs, outputs)` calls the builder `b` in standard ONNX term
 (str). Three roads implement it:
 
 - onnx_plugins/functions.py `Body`: ONNX nodes (function bodies, the lowered export);
-- bridge/ascend/from_body.py `GeBody`: a Decomposition of GE built-in operators;
+- ascend/from_body.py `GeBody`: a Decomposition of GE built-in operators;
 - tf_ops/from_body.py `TfBody`: TensorFlow ops (the op's composite: TFLite lowering).
 
 A road that cannot take an op a body uses raises `UnmappedOp`, naming the op, the

@@ -1,7 +1,7 @@
 """An op's shape rule (spec.shape_rule) rendered to one C++ header with no runtime
 type in it, for every C++ host that checks shapes: the kernel cores, the TF shape
 function, the onnxruntime and LiteRT kernels. GE's InferShape renders the same
-statements (shape_rules.cpp_body) through bridge/ascend/ge_custom/shape_cpp.py,
+statements (shape_rules.cpp_body) through ascend/ge_custom/shape_cpp.py,
 so every error has the words of `spec.infer_shapes`.
 
 `render(spec)` gives `shapes/<module>_shapes.h` with, in namespace bridge_shapes,

@@ -15,7 +15,7 @@ com.bridge node's attributes (`spec.onnx_attrs`):
 The same expression nodes (Const, Attr, Bin, Items) also read as typed attribute
 values: `value(attrs)` in Python, `value_cpp()` in C++ over locals `attr_<name>`,
 `value_kind` (int, float, ints, floats). That is what the GE plugin's
-decomposition (bridge/ascend/decomposition.py) computes its constants and
+decomposition (ascend/decomposition.py) computes its constants and
 parameters with: one expression tree for shapes and attribute values.
 
 Values are ints or unknown (None here, `kUnknown` in C++): an unknown dim, or

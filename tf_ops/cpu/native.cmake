@@ -1,5 +1,5 @@
 # CMake pieces the native libraries share (tf_ops/CMakeLists.txt,
-# onnx_plugins/native/CMakeLists.txt, bridge/litert/native/CMakeLists.txt): the
+# onnx_plugins/native/CMakeLists.txt, litert/native/CMakeLists.txt): the
 # framework-free kernel cores, the CPU target and the oneDNN link.
 
 # BRIDGE_KERNELS_DIR: the framework-free kernel cores (bridge/kernels), included

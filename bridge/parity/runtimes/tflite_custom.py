@@ -1,6 +1,6 @@
 """`tflite-custom`: the `--mode custom` TFLite export (the fused ops as CUSTOM
 nodes) on LiteRT's CompiledModel (CPU) with bridge's LiteRT kernels
-(bridge/litert): the only runtime here that checks that road numerically. On by
+(litert/): the only runtime here that checks that road numerically. On by
 default; Unavailable (with the reason) where the kernels do not build or pass
 their self-test. The export is shared with the other TFLite runtimes
 (`tflite.exported`), converted at the run's input shapes: LiteRT's

@@ -2,8 +2,8 @@
 // for the TFLite CUSTOM node "FusedBiasGelu" that `bridge export --to tflite
 // --mode custom` keeps.
 //
-// A team's own LiteRT op, written like bridge's own (bridge/litert/native/*.cc)
-// against the Node API of bridge/litert/native/common.h: bridge compiles it into
+// A team's own LiteRT op, written like bridge's own (litert/native/*.cc)
+// against the Node API of litert/native/common.h: bridge compiles it into
 // a copy of its LiteRT kernel library (`--litert-library examples/custom_op/litert`),
 // which does the LiteRT plumbing (attributes, shapes, buffers, errors). The spec
 // is ../fused_bias_gelu.py.

@@ -1,5 +1,5 @@
 """Running a .tflite on LiteRT's CompiledModel (CPU) with bridge's custom-op
-kernels, through the library's C harness (bridge/litert/native/harness.cc) over
+kernels, through the library's C harness (litert/native/harness.cc) over
 ctypes: the Python `Interpreter` and `CompiledModel` have no custom-op hook.
 
 The library is built once per LiteRT version and CPU (bridge.native.litert_build,
@@ -92,7 +92,7 @@ def _selftest(native, lib: Path, mark: Path) -> None:
         crashed = f" (it crashed: signal {-p.returncode})" if p.returncode < 0 else ""
         raise native.BuildError(
             f"the LiteRT kernels built, but their self-test failed on ai-edge-litert {litert_version()}{crashed}: "
-            f"{tail}\nbridge's declarations (bridge/litert/native/litert_c_api.h) may not match this LiteRT; "
+            f"{tail}\nbridge's declarations (litert/native/litert_c_api.h) may not match this LiteRT; "
             f"--mode lowered still runs on it")
     tmp = mark.with_suffix(f".tmp{os.getpid()}")
     tmp.write_text(json.dumps({"litert": litert_version(), "output": p.stdout.strip()}))

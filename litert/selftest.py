@@ -1,4 +1,4 @@
-"""The self-test each LiteRT kernel build runs once (bridge/litert/runtime.py,
+"""The self-test each LiteRT kernel build runs once (litert/runtime.py,
 in a subprocess so that an ABI mismatch is a failed test, not a crash): one
 FusedLayerNorm node on LiteRT against the numpy reference. Exit 0 and one line
 of numbers on success; else the reason on stderr."""

@@ -1,6 +1,6 @@
 // The library's entry points: bridge_litert_add_kernels (registers every op on
 // a LiteRtOptions, for any application that links LiteRT), and the small
-// harness bridge/litert/runtime.py drives through ctypes (open a .tflite, run
+// harness litert/runtime.py drives through ctypes (open a .tflite, run
 // its first signature on host buffers, read the outputs back).
 #include <algorithm>
 #include <cstdio>
@@ -115,7 +115,7 @@ void KernelSet::fail(const std::string& message) {
 
 namespace {
 
-const char* kMarkKey = "_bridge_node";  // bridge/litert/aligned.py: MARK_KEY
+const char* kMarkKey = "_bridge_node";  // litert/aligned.py: MARK_KEY
 
 // The node a marked call is for (its last input has shape [k + 1]), else `fallback`.
 size_t marked_node(const OpState* st, size_t num_inputs, int64_t mark_dim, size_t fallback) {

@@ -7,7 +7,7 @@
 // a per-node object, and drops the status each returns (custom_op_dispatcher in
 // LiteRT: Init's result is not kept, Prepare fails only when resizing an output
 // fails). So:
-//  - A file bridge's runtime loads is marked first (bridge/litert/aligned.py):
+//  - A file bridge's runtime loads is marked first (litert/aligned.py):
 //    node k has `_bridge_node: k` in its options and a last constant input of
 //    shape [k + 1], so every callback knows its node. In an unmarked file:
 //  - Init is called once per node, in node order: the op keeps a list of nodes.

@@ -1,7 +1,7 @@
 """A team's own LiteRT kernels (`--litert-library DIR`).
 
 DIR holds one .cc per op, written like bridge's own op files
-(bridge/litert/native/*.cc) against bridge/litert/native/common.h's Node API, or
+(litert/native/*.cc) against litert/native/common.h's Node API, or
 is one kernel core (DIR/kernel.h, bridge's op ABI), served by the generic host.
 LiteRT registers the custom ops of one library per compiled model, so the team's
 files are compiled into a build of bridge's LiteRT library of their own
@@ -52,7 +52,7 @@ def add(path) -> List[str]:
     p = Path(path).expanduser()
     if not native.is_core_folder(p) and (not p.is_dir() or not any(p.glob("*.cc"))):
         raise LiteRTLibraryError(f"{FLAG} {path}: not a folder of .cc files (one per op, written against "
-                                 f"bridge/litert/native/common.h) nor a kernel core (kernel.h)")
+                                 f"litert/native/common.h) nor a kernel core (kernel.h)")
     previous = (_folder, _ops)
     _folder = p.resolve()
     runtime.use_build(build)  # build() follows _folder: bridge's own again once it is None

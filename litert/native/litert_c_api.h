@@ -3,7 +3,7 @@
 // They are not trusted: bridge/native.py checks at build time that the installed
 // libLiteRt.so exports every function declared below (it reads this file for
 // the list), the layouts are pinned by static_assert, and a self-test model runs
-// once per build (bridge/litert/runtime.py). Known to work with ai-edge-litert
+// once per build (litert/runtime.py). Known to work with ai-edge-litert
 // 2.3.0 (the API has not changed since LiteRT 2.0 for these calls).
 //
 // Keep one declaration per line, `LiteRtStatus LiteRtName(` or `void LiteRtName(`:
@@ -70,7 +70,7 @@ typedef struct LiteRtEnvOptionT LiteRtEnvOption;  // only ever passed as an empt
 // A custom op: LiteRT calls Init once per node with the node's custom options
 // (the FlexBuffer), GetOutputLayouts when the node is prepared, Run when it runs,
 // Destroy once per node. All four get the user_data given at registration, and
-// LiteRT 2.x ignores the status they return (see bridge/litert/native/common.h).
+// LiteRT 2.x ignores the status they return (see litert/native/common.h).
 typedef struct {
   LiteRtStatus (*Init)(void* user_data, const void* init_data, size_t init_data_size);
   LiteRtStatus (*GetOutputLayouts)(void* user_data, size_t num_inputs, const LiteRtLayout* input_layouts,

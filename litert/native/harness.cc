@@ -1,5 +1,5 @@
 // A .tflite on LiteRT's CompiledModel (CPU), with or without bridge's kernels:
-// what bridge/litert/runtime.py calls through ctypes. The model's first
+// what litert/runtime.py calls through ctypes. The model's first
 // signature; inputs are resized to the shapes of each run; outputs stay in
 // managed buffers until the next run.
 #include <algorithm>

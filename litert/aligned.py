@@ -26,7 +26,7 @@ MARK_KEY = "_bridge_node"
 def mark_nodes(s, model, ops) -> int:
     """Gives every CUSTOM node of `ops` an identity its kernel can see in every
     callback: LiteRT passes a custom op's Init, GetOutputLayouts and Run one
-    shared user_data, not the node (bridge/litert/native/common.h). Node k gets
+    shared user_data, not the node (litert/native/common.h). Node k gets
     `_bridge_node: k` in its options and one more constant input of shape
     [k + 1]; the kernels read k from either and drop both. Returns the count."""
     from flatbuffers import flexbuffers
