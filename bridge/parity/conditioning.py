@@ -26,10 +26,8 @@ SUM_TOLERANCE = 1e-3
 # the status of a comparison excused by the softmax rule here: not a pass, not a FAIL
 ILL_CONDITIONED = "ill-conditioned"
 
-# a runtime may be this many times further from float64 than TF float32 is: float32 runs of one
-# ill-conditioned model land at similar distances, by luck within a few times (ResNet50 with 4-sample
-# BN statistics, TF float32 1.5e-3 from float64: onnxruntime 1.2x that, TFLite 1.9x, onnx's reference
-# evaluator 2.5x); a 1% error where TF is 3e-4 away is ~30x, and fails
+# a runtime may be this many times further from float64 than TF float32 is: float32 runs of an
+# ill-conditioned model land within a few times of each other, a real bug tens of times (RESULTS.md)
 FLOAT64_FACTOR = 3.0
 
 

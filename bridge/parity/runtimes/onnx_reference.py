@@ -22,7 +22,7 @@ from bridge.parity.export import has_custom_nodes
 from bridge.parity.onnx_base import OnnxRuntime
 from bridge.parity.runtime import Unavailable
 
-GFLOP_BUDGET = 100.0  # YOLOv3-416 (66 GFLOP): 36 s for TF + this row, 4.5 GB with --per-layer
+GFLOP_BUDGET = 100.0  # every built-in model at its default config fits (timings: benchmarks/RESULTS.md)
 
 
 class OnnxReference(OnnxRuntime):
