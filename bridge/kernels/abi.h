@@ -236,4 +236,45 @@ inline void Prefetch(const void* p, int64_t bytes) {
 }  // namespace abi
 }  // namespace bridge
 
+// -- a spec's rendered shape rule (shapes/<module>_shapes.h) on abi::Shapes -----
+// What a core's Shapes calls (through spec::<Op>::CheckShapes): `check(ranks,
+// dims, &rule_out, &why)` is the rendered <module>_check_shapes bound to the
+// attributes; its "<Op>: argument '<arg>': <message>" comes back as a Status.
+namespace bridge {
+namespace abi {
+
+template <typename RuleDims, typename Check>
+Status RuleShapes(const char* op, const std::vector<Shape>& in, std::vector<Shape>* out, const Check& check) {
+  std::vector<int64_t> ranks;
+  std::vector<const int64_t*> dims;
+  for (const Shape& s : in) {
+    ranks.push_back(s.known ? s.rank() : -1);
+    dims.push_back(s.d.data());
+  }
+  std::vector<RuleDims> got;
+  std::string why;
+  if (!check(ranks.data(), dims.data(), &got, &why)) {
+    const std::string prefix = std::string(op) + ": argument '";
+    const size_t end = why.compare(0, prefix.size(), prefix) == 0 ? why.find("': ", prefix.size()) : std::string::npos;
+    if (end == std::string::npos) return Bad("inputs", why);
+    return Bad(why.substr(prefix.size(), end - prefix.size()), why.substr(end + 3));
+  }
+  if (out) {
+    out->clear();
+    for (const RuleDims& d : got) {
+      if (!d.known_rank) {
+        out->push_back(Shape::Unknown());
+        continue;
+      }
+      std::vector<int64_t> v;
+      for (int64_t x : d.d) v.push_back(x < 0 ? -1 : x);  // the rule's kUnknown: -1
+      out->emplace_back(std::move(v));
+    }
+  }
+  return Ok();
+}
+
+}  // namespace abi
+}  // namespace bridge
+
 #endif  // BRIDGE_KERNELS_ABI_H_
