@@ -14,12 +14,19 @@ TOP = {"bridge": "bridge", "tf_ops": "bridge.tf_ops", "onnx_plugins": "bridge.on
        "converters": "bridge.converters", "models": "bridge.models", "litert": "bridge.litert", "ascend": "bridge.ascend"}
 
 
+OP_FOLDERS = ROOT / "bridge" / "ops"  # bridge/ops/<op>/: shipped whole as package data ("ops/*/*")
+
+
+def _is_op_folder(path: Path) -> bool:
+    return path.parent == OP_FOLDERS
+
+
 def _packages_on_disk():
     found = set()
     for folder, name in TOP.items():
         for init in (ROOT / folder).rglob("__init__.py"):
             rel = init.parent.relative_to(ROOT / folder)
-            if "__pycache__" in rel.parts:
+            if "__pycache__" in rel.parts or _is_op_folder(init.parent):
                 continue
             found.add(".".join([name, *rel.parts]))
     return found
@@ -31,6 +38,16 @@ def test_every_package_is_installed_under_bridge():
     assert not missing, f"packages on disk but not in pyproject.toml: {sorted(missing)}"
     assert all(p == "bridge" or p.startswith("bridge.") for p in listed)
     assert PYPROJECT["tool"]["setuptools"]["package-dir"] == {v: k for k, v in TOP.items()}
+    assert not [p for p in listed if p.startswith("bridge.ops.")], "op folders ship without a line of their own"
+
+
+def test_op_folders_need_no_line_in_pyproject():
+    """Every op folder is found by the registry and shipped by the one package-data glob."""
+    from bridge import ops
+    from bridge.ops import registry
+    folders = {p.name for p in OP_FOLDERS.iterdir() if (p / "__init__.py").is_file()}
+    assert folders and folders == {registry.op_folder(s).name for s in ops.all_specs() if registry.op_folder(s)}
+    assert "ops/*/*" in PYPROJECT["tool"]["setuptools"]["package-data"]["*"]
 
 
 def _import_blocking(module: str, blocked: str) -> subprocess.CompletedProcess:
@@ -75,3 +92,7 @@ def test_the_wheel_carries_every_file_the_packages_need(tmp_path):
     missing = [f for f in tracked if f.split("/")[0] in prefix
                and prefix[f.split("/")[0]] + f[len(f.split("/")[0]):] not in names]
     assert not missing, f"tracked files missing from the wheel: {missing}"
+    for folder in (p for p in OP_FOLDERS.iterdir() if (p / "__init__.py").is_file()):  # tracked or not yet
+        rel = folder.relative_to(ROOT).as_posix()
+        want = {f"{rel}/{f.name}" for f in folder.iterdir() if f.is_file()}
+        assert want <= names, f"op folder files missing from the wheel: {sorted(want - names)}"

@@ -1,6 +1,8 @@
 """Where op specs come from: found, never listed.
 
-- bridge's own ops: every module of this package that defines `SPEC`;
+- bridge's own ops: every op folder of this package (bridge/ops/<op>/, its
+  __init__ defining `SPEC`; the folder's name is the spec's `module`), or a module
+  of it that defines `SPEC`;
 - a team's ops: a spec file given on the command line (`--op-spec my_ops.py`,
   `load_spec_file`), or a module named by a Python entry point in the group
   `bridge.ops` (`load_entry_points`). A file or module defines `SPEC` (one
@@ -31,6 +33,7 @@ _DTYPES = ("float32", "float16", "bfloat16", "float64")
 
 SPECS: Dict[str, OpSpec] = {}
 ORIGINS: Dict[str, str] = {}   # op name -> where its spec came from ("bridge" for the built-ins)
+_FOLDERS: Dict[str, Path] = {}  # built-in op name -> its op folder (bridge/ops/<op>/)
 
 
 class SpecError(BridgeError, ValueError):
@@ -143,13 +146,39 @@ def _specs_of(module, origin: str) -> List[OpSpec]:
 
 
 def load_builtins() -> None:
+    """Registers every op folder (and spec module) of this package's path: a folder
+    on `bridge.ops.__path__` is found wherever it lies."""
     package = sys.modules[__package__]
     for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
         if info.name.startswith("_") or info.name in ("spec", "registry", "op_error", "shape_rules"):
             continue
         module = importlib.import_module(f"{__package__}.{info.name}")
-        if hasattr(module, "SPEC"):
-            register(module.SPEC, "bridge")
+        if not hasattr(module, "SPEC"):
+            continue
+        origin = module.__file__
+        if info.ispkg and module.SPEC.module != info.name:
+            raise SpecError(origin, "module", f"{module.SPEC.module!r} is not the name of its op folder "
+                            f"({info.name!r})", module.SPEC.name)
+        register(module.SPEC, "bridge")
+        if info.ispkg:
+            _FOLDERS[module.SPEC.name] = Path(module.__file__).resolve().parent
+
+
+def op_folder(spec: OpSpec) -> Optional[Path]:
+    """A built-in op's folder (bridge/ops/<op>/: its spec's parts, kernel.h, bench.py,
+    its Keras side), or None for an op without one (a team's)."""
+    return _FOLDERS.get(spec.name) if is_builtin(spec) else None
+
+
+def part(spec: OpSpec, name: str):
+    """The module `name` of the op's folder (bridge.ops.<op>.<name>: "bench",
+    "keras_layer", ...), or None where the op has no folder or the folder no such
+    file. The hosts load an op's parts by name, so a new op folder needs no edit
+    outside itself."""
+    folder = op_folder(spec)
+    if folder is None or not (folder / f"{name}.py").is_file():
+        return None
+    return importlib.import_module(f"{__package__}.{spec.module}.{name}")
 
 
 def load_spec_file(path) -> List[OpSpec]:
