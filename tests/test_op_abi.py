@@ -67,13 +67,14 @@ int main() {
 
 
 def _run(tmp_path, spec) -> dict:
-    (tmp_path / "spec").mkdir(exist_ok=True)
+    for rel, text in cpp_header.render_all([], [spec]).items():  # the spec's header and its shape rule's
+        (tmp_path / rel).parent.mkdir(exist_ok=True)
+        (tmp_path / rel).write_text(text)
     header = tmp_path / cpp_header.header_name(spec)
-    header.write_text(cpp_header.render(spec))
     src = tmp_path / "print.cc"
     src.write_text(PRINT.replace("HEADER", header.as_posix()).replace("OP", spec.name))
     exe = tmp_path / "print"
-    built = subprocess.run([native.cxx_compiler(), "-std=c++17", f"-I{ROOT}", str(src), "-o", str(exe)],
+    built = subprocess.run([native.cxx_compiler(), "-std=c++17", f"-I{ROOT}", f"-I{tmp_path}", str(src), "-o", str(exe)],
                            capture_output=True, text=True, timeout=120)
     assert built.returncode == 0, built.stderr[-3000:]
     return json.loads(subprocess.run([str(exe)], capture_output=True, text=True, timeout=30, check=True).stdout)

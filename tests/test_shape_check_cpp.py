@@ -178,7 +178,8 @@ def test_planted_rule_bug_is_caught(tmp_path, all_cases):
 
 
 def test_planted_helper_bug_is_caught(tmp_path, all_cases, monkeypatch):
-    wrong = shape_rules.VALUE_HELPERS.replace("Either(a, b) ? kUnknown : a * b", "Either(a, b) ? kUnknown : a * b + 1")
+    wrong = shape_rules.VALUE_HELPERS.replace("__builtin_mul_overflow(a, b, &r) ? kUnknown : r;",
+                                             "__builtin_mul_overflow(a, b, &r) ? kUnknown : r + 1;")
     assert wrong != shape_rules.VALUE_HELPERS
     monkeypatch.setattr(shape_rules, "VALUE_HELPERS", wrong)
     spec = ops.get("YoloDecode")

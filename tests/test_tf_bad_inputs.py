@@ -145,7 +145,7 @@ NASTY = textwrap.dedent("""
                               DEC + "'anchors': needs 2*A values [w0,h0,w1,h1,...], got 0"),
         "dec-anchors-nan": (lambda: lib.yolo_decode(f32(1, 2, 2, 16), anchors=[float("nan"), 13, 16, 30],
                                                     num_classes=3, stride=8),
-                            DEC + "'anchors': must all be positive, got nan in [nan, 13, 16, 30]"),
+                            DEC + "'anchors': must all be positive, got nan in [nan, 13.0, 16.0, 30.0]"),
         "dec-anchors-inf-odd": (lambda: lib.yolo_decode(f32(1, 2, 2, 16), anchors=[float("inf")] * 3, num_classes=3,
                                                         stride=8),
                                 DEC + "'anchors': needs 2*A values [w0,h0,w1,h1,...], got 3"),

@@ -5,8 +5,10 @@ op's name, tensor names, dtypes, documentation, its TensorFlow attributes (with
 TF's REGISTER_OP declaration of each) and the com.bridge node's attributes
 (`kAttrs`, `kOnnxAttrs`: name, type, default as text), an `Attrs` and an
 `OnnxAttrs` struct holding each attribute with its default, and `Read(reader,
-&attrs)` that fills one from a host's attribute reader. `render_cores(cores)`
-gives `spec/cores.h`: every kernel core (bridge/ops/<module>/kernel.h) and the
+&attrs)` that fills one from a host's attribute reader. Where the spec states a
+shape rule, the header includes its C++ (bridge/ops/shape_check_cpp.py) and gives
+`CheckShapes(attrs, in, &out)`, the rule on abi shapes that a core's Shapes calls.
+`render_cores(cores)` gives `spec/cores.h`: every kernel core (bridge/ops/<module>/kernel.h) and the
 X-macro BRIDGE_CORES(X) the generic hosts expand once per core.
 
 Every string comes from a spec, which may be a team's: each lands in the source
@@ -21,6 +23,7 @@ from typing import Iterable, Sequence, Tuple
 
 from bridge.untrusted import cpp_string
 
+from . import shape_check_cpp
 from .spec import Attr, OpSpec
 
 _CPP_TYPES = {"float": "float", "int": "int64_t", "string": "std::string",
@@ -114,8 +117,28 @@ def _attr_block(spec: OpSpec, attrs: Sequence[Attr], struct: str, table: str, tf
     ])
 
 
+def _check_shapes(spec: OpSpec) -> list:
+    """CheckShapes: the spec's rendered shape rule on abi shapes, what a core's Shapes calls."""
+    if not spec.shape_rule:
+        return []
+    return [
+        "  // The spec's shape rule (shapes/<module>_shapes.h, rendered from shape_rule) on abi shapes:",
+        "  // `attrs` is any struct with the com.bridge node's attributes as fields of their names",
+        "  // (OnnxAttrs, or a core's Params); `out` may be null.",
+        "  template <typename A>",
+        "  static abi::Status CheckShapes(const A& attrs, const std::vector<abi::Shape>& in,",
+        "                                 std::vector<abi::Shape>* out = nullptr) {",
+        "    return abi::RuleShapes<::bridge_shapes::Dims>(",
+        "        kName, in, out, [&attrs](const int64_t* ranks, const int64_t* const* dims,",
+        "                                 std::vector<::bridge_shapes::Dims>* got, std::string* why) {",
+        f"          return ::{shape_check_cpp.function_name(spec)}(ranks, dims, attrs, got, why);",
+        "        });",
+        "  }",
+    ]
+
+
 def render(spec: OpSpec) -> str:
-    """spec/<module>.h for one op."""
+    """spec/<module>.h for one op (with its shape rule's header, where it states one)."""
     name = _identifier(spec.name, "op name")
     names = lambda args: ", ".join(cpp_string(a.name) for a in args)
     tf_types = ", ".join(_TF_DTYPES[d] for d in spec.dtypes)
@@ -124,7 +147,8 @@ def render(spec: OpSpec) -> str:
         "do not edit, change the spec.",
         "#pragma once",
         "#include <cstdint>", "#include <limits>", "#include <string>", "#include <vector>", "",
-        '#include "kernels/abi.h"', "",
+        '#include "kernels/abi.h"',
+        *([f'#include "{shape_check_cpp.header_name(spec)}"'] if spec.shape_rule else []), "",
         "namespace bridge {", "namespace spec {", "",
         f"struct {name} {{",
         f"  static constexpr const char* kName = {cpp_string(spec.name)};",
@@ -138,6 +162,7 @@ def render(spec: OpSpec) -> str:
         f"  static constexpr const char* kTfTypes = {cpp_string(tf_types)};  // T's allowed types in REGISTER_OP",
         _attr_block(spec, spec.attrs, "Attrs", "Attrs", tf=True),
         _attr_block(spec, spec.onnx_attrs, "OnnxAttrs", "OnnxAttrs", tf=False),
+        *_check_shapes(spec),
         "};", "",
         "}  // namespace spec", "}  // namespace bridge", "",
     ])
@@ -165,7 +190,10 @@ def render_cores(cores: Iterable[Tuple[OpSpec, str]]) -> str:
 def render_all(cores: Sequence[Tuple[OpSpec, str]], others: Sequence[OpSpec] = ()) -> dict:
     """{relative file name: text} of every header a build needs: each core's
     spec, the `others` (ops with adapters of their own read their names and
-    attributes from it too) and cores.h."""
-    files = {header_name(spec): render(spec) for spec in [*others, *(s for s, _ in cores)]}
+    attributes from it too), the shape rule of each that states one (its spec
+    header includes it) and cores.h."""
+    specs = [*others, *(s for s, _ in cores)]
+    files = {header_name(spec): render(spec) for spec in specs}
+    files.update({shape_check_cpp.header_name(spec): shape_check_cpp.render(spec) for spec in specs if spec.shape_rule})
     files["spec/cores.h"] = render_cores(cores)
     return files

@@ -686,9 +686,19 @@ inline int64_t Dim(const Dims &s, int64_t axis) {
 inline int64_t Item(const std::vector<int64_t> &v, size_t i) { return i < v.size() ? v[i] : kUnknown; }
 
 inline bool Either(int64_t a, int64_t b) { return a == kUnknown || b == kUnknown; }
-inline int64_t Add(int64_t a, int64_t b) { return Either(a, b) ? kUnknown : a + b; }
-inline int64_t Sub(int64_t a, int64_t b) { return Either(a, b) ? kUnknown : a - b; }
-inline int64_t Mul(int64_t a, int64_t b) { return Either(a, b) ? kUnknown : a * b; }
+// A sum or product past int64 is unknown too (no wrapped value; a core refuses it on its own).
+inline int64_t Add(int64_t a, int64_t b) {
+  int64_t r;
+  return Either(a, b) || __builtin_add_overflow(a, b, &r) ? kUnknown : r;
+}
+inline int64_t Sub(int64_t a, int64_t b) {
+  int64_t r;
+  return Either(a, b) || __builtin_sub_overflow(a, b, &r) ? kUnknown : r;
+}
+inline int64_t Mul(int64_t a, int64_t b) {
+  int64_t r;
+  return Either(a, b) || __builtin_mul_overflow(a, b, &r) ? kUnknown : r;
+}
 inline int64_t Max(int64_t a, int64_t b) { return Either(a, b) ? kUnknown : (a > b ? a : b); }
 // Python's floor division (the spec's //), for b != 0.
 inline int64_t FloorDiv(int64_t a, int64_t b) {

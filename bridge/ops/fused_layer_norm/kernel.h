@@ -1,5 +1,5 @@
 // FusedLayerNorm's kernel core (the one C++ op ABI, bridge/kernels/abi.h): its
-// shape rule and row math, served to TensorFlow, onnxruntime and LiteRT by their
+// spec's rendered shape rule and its row math, served to TensorFlow, onnxruntime and LiteRT by their
 // generic hosts; the gradient (tf_ops/fused_layer_norm_grad.cc) reuses both.
 // Rows are float (float16 rows are widened first: float16 accumulates in float32).
 //
@@ -135,19 +135,18 @@ inline void GradRow(const float* dy, const float* x, int64_t n, const float* gam
   }
 }
 
-// gamma or beta (`arg`) must be [H], H the last dim of x (unknown sizes pass);
-// FusedLayerNormGrad checks its gamma by the same rule.
-inline abi::Status ParamRule(const char* arg, const abi::Shape& x, const abi::Shape& p) {
-  if (!p.known) return abi::Ok();
-  const int64_t h = x.known && x.rank() ? x[x.rank() - 1] : -1;
-  if (p.rank() == 1 && !(h >= 0 && p[0] >= 0 && p[0] != h)) return abi::Ok();
-  return abi::Bad(arg, "must have shape [H]=[" + (h < 0 ? std::string("?") : std::to_string(h)) +
-                           "] (the last dim of x " + x.str() + "), got " + p.str());
+// The spec's shape rule (rendered into spec/fused_layer_norm.h) on (x, gamma, beta).
+inline abi::Status ShapeRule(const std::vector<abi::Shape>& in, std::vector<abi::Shape>* out = nullptr) {
+  return spec::FusedLayerNorm::CheckShapes(spec::FusedLayerNorm::OnnxAttrs{}, in, out);
 }
 
+// Its checks one argument at a time, for FusedLayerNormGrad's gamma: the others unknown.
 inline abi::Status XRule(const abi::Shape& x) {
-  if (x.known && x.rank() == 0) return abi::Bad("x", "must have rank >= 1, got a scalar (shape [])");
-  return abi::Ok();
+  return ShapeRule({x, abi::Shape::Unknown(), abi::Shape::Unknown()});
+}
+inline abi::Status ParamRule(const char* arg, const abi::Shape& x, const abi::Shape& p) {
+  const bool beta = std::string(arg) == "beta";
+  return ShapeRule({x, beta ? abi::Shape::Unknown() : p, beta ? p : abi::Shape::Unknown()});
 }
 
 }  // namespace layer_norm
@@ -174,11 +173,7 @@ struct FusedLayerNorm {
   }
 
   static abi::Status Shapes(const Params&, const std::vector<abi::Shape>& in, std::vector<abi::Shape>* out) {
-    abi::Status s = layer_norm::XRule(in[0]);
-    if (s.ok()) s = layer_norm::ParamRule("gamma", in[0], in[1]);
-    if (s.ok()) s = layer_norm::ParamRule("beta", in[0], in[2]);
-    if (s.ok()) *out = {in[0]};
-    return s;
+    return layer_norm::ShapeRule(in, out);
   }
 
   static void Compute(const Params& p, const std::vector<abi::In>& in, const std::vector<abi::Out>& out,

@@ -1,5 +1,5 @@
 // YoloDecode's kernel core (the one C++ op ABI, bridge/kernels/abi.h): its
-// attribute checks, shape rule and decode math, served to TensorFlow,
+// spec's rendered shape rule (attribute checks included) and its decode math, served to TensorFlow,
 // onnxruntime and LiteRT by their generic hosts. float in, float out; float16
 // blocks of cells are widened first.
 #ifndef BRIDGE_OPS_YOLO_DECODE_KERNEL_H_
@@ -95,20 +95,22 @@ struct YoloDecode {
   };
   static constexpr int kInplaceInput = -1;
 
-  // The spec's attribute checks (bridge/ops/yolo_decode.py: check_attrs).
-  static abi::Status Check(const Params& a) {
-    if (a.anchors.empty() || a.anchors.size() % 2)
-      return abi::Bad("anchors", "needs 2*A values [w0,h0,w1,h1,...], got " + std::to_string(a.anchors.size()));
-    for (float v : a.anchors)
-      if (!(v > 0.0f))  // NaN fails too
-        return abi::Bad("anchors", "must all be positive, got " + abi::Num(v) + " in " + abi::List(a.anchors));
-    if (a.num_classes < 1) return abi::Bad("num_classes", "must be >= 1, got " + std::to_string(a.num_classes));
-    if (a.stride < 1) return abi::Bad("stride", "must be >= 1, got " + std::to_string(a.stride));
-    // A*(5+C) must itself be a valid dimension before anything multiplies it.
-    int64_t c5, ch;
+  // The spec's shape rule (rendered into spec/yolo_decode.h; Params has the node's
+  // attribute names). Its attribute checks need no shapes: Read runs them on
+  // inputs of unknown rank, so a bad attribute fails where the node is built.
+  static abi::Status Rule(const Params& a, const std::vector<abi::Shape>& in, std::vector<abi::Shape>* out) {
+    abi::Status s = Spec::CheckShapes(a, in, out);
+    if (!s.ok()) return s;
+    // What only int64 needs (the rule's Python ints never overflow): A*(5+C) and
+    // H*W*A must each be a valid dimension before anything multiplies them.
+    int64_t c5, ch, hw, rows;
     if (__builtin_add_overflow(a.num_classes, int64_t{5}, &c5) || __builtin_mul_overflow(a.num_anchors(), c5, &ch))
       return abi::Bad("num_classes", "A*(5+C) = " + std::to_string(a.num_anchors()) + "*(5+" +
                                          std::to_string(a.num_classes) + ") overflows a tensor dimension");
+    const abi::Shape& raw = in[0];
+    if (raw.known && raw[1] >= 0 && raw[2] >= 0 &&
+        (__builtin_mul_overflow(raw[1], raw[2], &hw) || __builtin_mul_overflow(hw, a.num_anchors(), &rows)))
+      return abi::Bad("raw", "H*W*A overflows a tensor dimension, got " + raw.str());
     return abi::Ok();
   }
   template <typename A>
@@ -117,27 +119,11 @@ struct YoloDecode {
     p->num_classes = a.num_classes;
     p->stride = a.stride;
     p->scale_x_y = a.scale_x_y;
-    return Check(*p);
+    return Rule(*p, {abi::Shape::Unknown()}, nullptr);
   }
 
   static abi::Status Shapes(const Params& a, const std::vector<abi::Shape>& in, std::vector<abi::Shape>* out) {
-    const abi::Shape& raw = in[0];
-    int64_t n = -1, rows = -1;
-    if (raw.known) {
-      if (raw.rank() != 4) return abi::Bad("raw", "must have rank 4 [N,H,W,A*(5+C)], got " + raw.str());
-      if (raw[3] >= 0 && raw[3] != a.channels())
-        return abi::Bad("raw", "last dim must be A*(5+C) = " + std::to_string(a.num_anchors()) + "*(5+" +
-                                   std::to_string(a.num_classes) + ") = " + std::to_string(a.channels()) + ", got " +
-                                   raw.str());
-      n = raw[0];
-      if (raw[1] >= 0 && raw[2] >= 0) {
-        int64_t hw;
-        if (__builtin_mul_overflow(raw[1], raw[2], &hw) || __builtin_mul_overflow(hw, a.num_anchors(), &rows))
-          return abi::Bad("raw", "H*W*A overflows a tensor dimension, got " + raw.str());
-      }
-    }
-    *out = {abi::Shape({n, rows, 4}), abi::Shape({n, rows}), abi::Shape({n, rows, a.num_classes})};
-    return abi::Ok();
+    return Rule(a, in, out);
   }
 
   static void Compute(const Params& a, const std::vector<abi::In>& in, const std::vector<abi::Out>& out,
