@@ -192,3 +192,109 @@ def test_a_name_that_is_no_identifier_is_refused():
     bad = dataclasses.replace(TEAM, onnx_attrs=(ops.Attr("not valid", "int", 1),))
     with pytest.raises(ValueError, match=r"attribute 'not valid' cannot be a C\+\+ identifier"):
         shape_check_cpp.render(bad)
+
+
+# -- each kernel core's Shapes is the rendered rule --------------------------------
+CORE_DRIVER = r'''
+#include <iostream>
+#include <sstream>
+#include "spec/cores.h"
+using namespace bridge;
+
+template <typename Core>
+static void Check(std::istream &in, const typename Core::Spec::OnnxAttrs &attrs) {
+  std::vector<abi::Shape> shapes;
+  for (int i = 0; i < Core::Spec::kNumInputs; ++i) {
+    int64_t rank;
+    in >> rank;
+    if (rank < 0) {
+      shapes.push_back(abi::Shape::Unknown());
+      continue;
+    }
+    std::vector<int64_t> d(static_cast<size_t>(rank));
+    for (auto &v : d) in >> v;
+    shapes.emplace_back(d);
+  }
+  typename Core::Params params;
+  std::vector<abi::Shape> out;
+  abi::Status s = Core::Read(attrs, &params);
+  if (s.ok()) s = Core::Shapes(params, shapes, &out);
+  if (!s.ok()) {
+    std::cout << abi::Describe(Core::Spec::kName, s) << "\n";
+    return;
+  }
+  std::string line = "ok ";
+  for (size_t i = 0; i < out.size(); ++i) line += (i ? ";" : "") + out[i].str();
+  std::cout << line << "\n";
+}
+
+int main() {
+  std::string text;
+  while (std::getline(std::cin, text)) {
+    std::istringstream in(text);
+    std::string module;
+    in >> module;
+%s
+    std::cout << "unknown op " << module << "\n";
+  }
+  return 0;
+}
+'''
+
+
+def _core_reader(spec) -> str:
+    reads = _reader(spec).split("\n  Inputs x(")[0].replace(f"bridge_shapes::{spec.name}ShapeAttrs a;",
+                                                            f"bridge::spec::{spec.name}::OnnxAttrs a;")
+    return f"{reads}\n  Check<core::{spec.name}>(in, a);\n  continue;\n}}\n"
+
+
+def _run_cores(tmp_path, specs, cases) -> list:
+    """The built kernel cores (bridge/ops/<op>/kernel.h) compiled against the headers
+    render_all writes for `specs` (as bridge.native.op_headers does), each case run
+    through Core::Read and Core::Shapes, the hosts' calls."""
+    from bridge import native
+    from bridge.ops import cpp_header
+    root = native._package_dir("bridge")
+    paths = {s.name: p for s, p in native.kernel_cores()}
+    for rel, text in cpp_header.render_all([(s, paths[s.name].relative_to(root).as_posix()) for s in specs]).items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    (tmp_path / "cores.cc").write_text(CORE_DRIVER % "".join(_core_reader(s) for s in specs))
+    exe = tmp_path / "cores"
+    res = subprocess.run(["g++", "-std=c++17", "-O0", "-fopenmp-simd", "-Wall", "-Wextra", "-Werror", f"-I{tmp_path}",
+                          f"-I{root}", str(tmp_path / "cores.cc"), "-o", str(exe)], capture_output=True, text=True,
+                         timeout=600)
+    assert res.returncode == 0, res.stderr[-4000:]
+    run = subprocess.run([str(exe)], input="\n".join(_line(spec, s, a) for spec, s, a in cases) + "\n",
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return run.stdout.splitlines()
+
+
+def _core_specs():
+    # The cores that build on the standard library alone (the convolution's needs Eigen).
+    return [ops.get("FusedLayerNorm"), ops.get("YoloDecode")]
+
+
+def test_each_core_checks_shapes_by_its_spec(tmp_path, all_cases):
+    specs = _core_specs()
+    cases = [c for c in all_cases if c[0].name in {s.name for s in specs}]
+    got = _run_cores(tmp_path, specs, cases)
+    assert len(got) == len(cases)
+    for (spec, shapes, attrs), g in zip(cases, got):
+        assert g == _expected(spec, shapes, attrs), f"{spec.name} {[dims(s) for s in shapes]} {attrs}"
+
+
+def test_a_rule_planted_in_the_spec_changes_the_cores(tmp_path, all_cases):
+    """The cores have no check of their own: a changed rule (a word of FusedLayerNorm's
+    error, YoloDecode's 5+C written 6+C) is what the compiled cores then say."""
+    fln, dec = ops.get("FusedLayerNorm"), ops.get("YoloDecode")
+    planted_fln = tuple(shape_rules.Require("x", st.cond, "PLANTED rank >= 1")
+                        if isinstance(st, shape_rules.Require) and st.arg == "x" else st for st in fln.shape_rule)
+    planted_dec = tuple(dataclasses.replace(st, expr=st.expr.a * (shape_rules.Const(6) + st.expr.b.b))
+                        if isinstance(st, shape_rules.Let) and st.name == "c" else st for st in dec.shape_rule)
+    specs = [dataclasses.replace(fln, shape_rule=planted_fln), dataclasses.replace(dec, shape_rule=planted_dec)]
+    cases = [c for c in all_cases if c[0] in (fln, dec)]
+    got = _run_cores(tmp_path, specs, cases)
+    assert any(g == "FusedLayerNorm: argument 'x': PLANTED rank >= 1" for g in got)
+    assert sum(1 for (spec, s, a), g in zip(cases, got) if spec is dec and g != _expected(spec, s, a)) > 50
