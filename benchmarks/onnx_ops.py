@@ -3,15 +3,15 @@ roads onnxruntime takes without it, side by side in one run.
 
     python benchmarks/onnx_ops.py [--threads 2] [--repeat 30] [--json] [--quick]
 
-Rows: every built-in op, at the shapes of its BENCH_SHAPES (onnx_plugins/<op>.py),
-else at its large case-table rows (bridge/ops/<op>.py examples()).
+Rows: every built-in op, at the shapes of its ORT_BENCH_SHAPES (its folder's bench.py),
+else at its large case-table rows (its spec's examples()).
 Roads:
   native    the library's kernel (session(kernels=[op])), where it has one
             ("vs native" is then relative to the function road)
   builtin   onnxruntime's own standard op on the same node, where the op names one
-            (BENCH_BUILTIN: FusedLayerNorm's LayerNormalization, opset 17)
+            (ORT_BENCH_BUILTIN: FusedLayerNorm's LayerNormalization, opset 17)
   function  the model-local function, inlined and optimised by onnxruntime
-            (session(kernels="none")), at the op's BENCH_FUNCTION_OPSET (else 17):
+            (session(kernels="none")), at the op's ORT_BENCH_FUNCTION_OPSET (else 17):
             FusedLayerNorm at opset 16, i.e. the decomposition onnxruntime fuses
             back into its LayerNormalization kernel; YoloConvBnLeaky: its fused
             NCHWc Conv+LeakyRelu between Transposes.
@@ -32,15 +32,14 @@ from onnx import helper
 
 from _common import alternating_medians, machine_line
 from bridge import onnx_plugins, ops
-from bridge.onnx_plugins.functions import op_module
 from bridge.onnx_plugins.one_op import one_op_model
 from bridge.table import render
 
 
 def _rows(spec):
-    """The op's BENCH_SHAPES (its onnx_plugins/<op>.py), else its large case-table
-    rows (bridge/ops/<op>.py examples()): (label, input shapes, node attributes, in --quick)."""
-    own = getattr(op_module(spec), "BENCH_SHAPES", None)
+    """The op's ORT_BENCH_SHAPES (its folder's bench.py), else its large case-table
+    rows (its examples()): (label, input shapes, node attributes, in --quick)."""
+    own = getattr(ops.part(spec, "bench"), "ORT_BENCH_SHAPES", None)
     if own is not None:
         return own
     rows = [e for e in spec.examples() if e.large] or list(spec.examples()[:1])
@@ -54,7 +53,7 @@ def _cases(rng, quick, only=None):
     for spec in ops.all_specs():
         if not ops.is_builtin(spec) or (only and spec.name not in only):
             continue
-        module = op_module(spec)
+        bench = ops.part(spec, "bench")
         consts = tuple(a.name for a in spec.inputs[1:])
         for label, shapes, attrs, in_quick in _rows(spec):
             if quick and not in_quick:
@@ -62,12 +61,12 @@ def _cases(rng, quick, only=None):
             xs = [rng.standard_normal(shapes[0]).astype(np.float32)] + \
                  [rng.uniform(0.5, 1.5, s).astype(np.float32) for s in shapes[1:]]
             model = one_op_model(spec.name, xs, attrs, opset=17, constants=consts)
-            opset = getattr(module, "BENCH_FUNCTION_OPSET", 17)
+            opset = getattr(bench, "ORT_BENCH_FUNCTION_OPSET", 17)
             function = model if opset == 17 else one_op_model(spec.name, xs, attrs, opset=opset, constants=consts)
             roads = {}
             if onnx_plugins.backend_status(spec)["ort_kernel"] == "yes":
                 roads["native"] = (model, [spec.name])
-            builtin = getattr(module, "BENCH_BUILTIN", None)
+            builtin = getattr(bench, "ORT_BENCH_BUILTIN", None)
             if builtin is not None:
                 roads["builtin"] = (_as_builtin(model, *builtin), "none")
             roads["function"] = (function, "none")

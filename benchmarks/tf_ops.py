@@ -20,7 +20,7 @@ Rows (ratio = baseline time / fused time: > 1 means the fused op is faster):
                    grappler/oneDNN fuse Conv+BiasAdd+LeakyRelu) at YOLOv3 shapes.
   every other op    (YoloDecode; a new built-in op with no edit here) vs its
                    composite (standard TF ops), eager and tf.function, at its
-                   TF_BENCH_SHAPES (tf_ops/<op>_op.py), else its large case-table rows.
+                   TF_BENCH_SHAPES (the op folder's bench.py), else its large case-table rows.
 Rounds alternate between the contenders so drift on a shared machine hits both
 alike; times are medians.
 """
@@ -264,9 +264,9 @@ def bench_conv(rng, repeat, quick):
 # -- every other op: against its composite ---------------------------------------------
 
 def _composite_rows(spec):
-    """The op's TF_BENCH_SHAPES (tf_ops/<op>_op.py), else its large case-table rows:
+    """The op's TF_BENCH_SHAPES (its folder's bench.py), else its large case-table rows:
     (label, input shapes, TF attributes, in --quick)."""
-    own = getattr(tf_ops.op_module(spec.name), "TF_BENCH_SHAPES", None)
+    own = getattr(specs.part(spec, "bench"), "TF_BENCH_SHAPES", None)
     if own is not None:
         return own
     rows = [e for e in spec.examples() if e.large] or list(spec.examples()[:1])

@@ -28,7 +28,7 @@ TARGET = 1.0  # lowered/custom: every op's custom kernel at least as fast (issue
 
 def _op_cases(rng, quick):
     """(op, label, fn, input specs, output names, feeds) for every built-in op the
-    LiteRT kernels serve, at its LITERT_BENCH_SHAPES (tf_ops/<op>_op.py), else at
+    LiteRT kernels serve, at its LITERT_BENCH_SHAPES (its folder's bench.py), else at
     its large case-table rows. The first input is fed (normal values), the others
     are constants (uniform in [0.5, 1.5]: a variance or a scale stays positive)."""
     import tensorflow as tf
@@ -41,7 +41,7 @@ def _op_cases(rng, quick):
         if served.get(spec.name, "not served") is not None:
             print(f"  {spec.name}: skipped ({served.get(spec.name, 'not served')})", file=sys.stderr)
             continue
-        rows = getattr(tf_ops.op_module(spec.name), "LITERT_BENCH_SHAPES", None)
+        rows = getattr(ops.part(spec, "bench"), "LITERT_BENCH_SHAPES", None)
         if rows is None:
             rows = [("x".join(map(str, e.shapes[0])), e.shapes, e.attrs, i == 0)
                     for i, e in enumerate([e for e in spec.examples() if e.large] or spec.examples()[:1])]

@@ -1,5 +1,5 @@
 """From TensorFlow to the other runtimes: the Keras fusion rewriter (`fuse`), the
-tf2onnx handlers (one module per op, named as the op's spec module), and one
+tf2onnx handlers (one per spec'd op, made from its spec: tf2onnx_common), and one
 exporter per `bridge export --to` target (export_<to>.py)."""
 
 from .fuse import fuse  # noqa: F401  (bridge.converters.fuse is the function; the module is converters/fuse.py)

@@ -7,9 +7,9 @@ becomes a fused layer. The patterns come from the registered op specs
 
 - a pattern's declared chain of Keras layers is matched here (fuse_chain.py) and
   becomes a `FusedOp` calling the op (plus any layers the pattern keeps);
-- a pattern with a `hook` is matched by its op's own module (bridge's three:
-  fuse_yolo_conv_bn_leaky.py, fuse_fused_layer_norm.py, fuse_yolo_decode.py),
-  where a chain cannot say what the fused op needs;
+- a pattern with a `hook` is matched by its op's own module (bridge's ops:
+  their folder's keras_fusion.py, bridge/ops/<op>/), where a chain cannot say
+  what the fused op needs;
 
 - a sublayer that a layer calls from its own Python `call` (keras_hub's
   transformer blocks hold theirs as attributes or in lists), of a kind a

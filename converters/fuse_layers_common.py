@@ -1,5 +1,5 @@
 """What the Keras fusion rewriter (fuse.py) and its matchers (fuse_chain.py and
-the ops' hooks, fuse_<op>.py) share about the layers they look at. Its own
+the ops' hooks, bridge/ops/<op>/keras_fusion.py) share about the layers they look at. Its own
 module so that the matchers, which fuse.py loads, need nothing of fuse.py."""
 from __future__ import annotations
 

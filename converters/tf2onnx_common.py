@@ -13,7 +13,6 @@ consults when the conversion's `extra_opset` includes that domain
 from __future__ import annotations
 
 import contextlib
-import importlib
 from typing import Dict
 
 from onnx import helper
@@ -66,7 +65,7 @@ def to_custom_node(ctx, node, spec) -> None:
 def register_handler(spec):
     """Registers with tf2onnx the handler that rewrites TF nodes of `spec.name`
     into the spec's com.bridge node (`to_custom_node`); returns the handler class.
-    Every fused op's handler is this one: its module only names the spec."""
+    Every spec'd op's handler is this one (`register_all`)."""
     from tf2onnx.handler import tf_op
 
     def version_1(cls, ctx, node, **kwargs):
@@ -76,29 +75,19 @@ def register_handler(spec):
     return tf_op(spec.name, domain=spec.domain)(handler)
 
 
-_spec_handlers: Dict[str, type] = {}  # op -> the handler made from its spec (no module of its own)
+_spec_handlers: Dict[str, type] = {}  # op -> the handler made from its spec
 
 
 def register_all() -> Dict[str, str]:
-    """Imports the handler module of every op (bridge.converters.<module>),
-    which registers it with tf2onnx, and bridge's handlers for standard ops
-    tf2onnx lacks (tf2onnx_standard). Returns {op: "yes" | why not}."""
+    """Registers with tf2onnx the handler of every spec'd op (bridge's and a
+    team's alike, made from its spec) and bridge's handlers for standard ops
+    tf2onnx lacks (tf2onnx_standard). Returns {op: "yes"}."""
     from . import tf2onnx_standard
     tf2onnx_standard.register()
     status = {}
     for spec in specs.all_specs():
-        if not specs.is_builtin(spec):  # a team's op: the one handler every op has, made from its spec
-            _spec_handler(spec)
-            status[spec.name] = "yes"
-            continue
-        try:
-            mod = importlib.import_module(f"bridge.converters.{spec.module}")
-            status[spec.name] = "yes" if getattr(mod, "HANDLES", None) == spec.name else "no handler in module"
-        except ModuleNotFoundError as e:
-            if e.name != f"bridge.converters.{spec.module}":
-                raise
-            _spec_handler(spec)  # a built-in op without converters/<op>.py: the same handler, from its spec
-            status[spec.name] = "yes"
+        _spec_handler(spec)
+        status[spec.name] = "yes"
     return status
 
 

@@ -7,10 +7,10 @@
     ReferenceEvaluator(model, new_ops=onnx_plugins.reference_ops())
     sess = onnx_plugins.session(model, kernels="fastest")    # onnxruntime + native kernels
 
-Each op has `<op>.py` here (function body and reference kernel; its schema and
-shape inference are generated from the spec); its onnxruntime CPU kernel is its
-kernel core (bridge/ops/<op>/kernel.h) through native/host.cc, or a
-`native/<op>.cc` of its own (the convolution). A team's op brings its kernel in
+Every op's function body, reference kernel, schema and shape inference come from
+its spec, and its road for kernels="fastest" from its op folder's bench.py; its
+onnxruntime CPU kernel is its kernel core (bridge/ops/<op>/kernel.h) through
+native/host.cc, or a `native/<op>.cc` of its own. A team's op brings its kernel in
 its own library (`--ort-library`, team_libraries.py).
 """
 from __future__ import annotations
@@ -25,7 +25,8 @@ from bridge import ops as _specs
 
 from . import schemas, team_libraries
 from .functions import (MAX_OPSET, MIN_FUNCTION_OPSET, MIN_INLINE_OPSET, default_opset, add_functions,
-                        function_proto, inline_custom_ops, op_module)
+                        function_proto, inline_custom_ops)
+from .reference import reference_op
 
 schemas.register_all()
 
@@ -37,18 +38,22 @@ SPINNING_KEY = "session.intra_op.allow_spinning"
 
 # The road `session(kernels="fastest")` takes per op: "native" (the library's
 # kernel) or "function" (the function body, inlined and optimised by onnxruntime),
-# as each op's module here says (`FASTEST`, and `FASTEST_WITHOUT_ONEDNN` where the
-# native kernel is slower without oneDNN), chosen on whole models
-# (benchmarks/onnx_models.py). A team's op runs its own library's kernel
-# (--ort-library) where one serves it, else its function.
-FASTEST = {s.name: getattr(op_module(s), "FASTEST", "function") for s in _specs.all_specs() if _specs.is_builtin(s)}
-FASTEST_WITHOUT_ONEDNN = {s.name: op_module(s).FASTEST_WITHOUT_ONEDNN for s in _specs.all_specs()
-                          if _specs.is_builtin(s) and hasattr(op_module(s), "FASTEST_WITHOUT_ONEDNN")}
+# as the op folder's bench.py says (`FASTEST`, and `FASTEST_WITHOUT_ONEDNN` where the
+# native kernel is slower without oneDNN; an op without either takes its function),
+# chosen on whole models (benchmarks/onnx_models.py). A team's op runs its own
+# library's kernel (--ort-library) where one serves it, else its function.
+def _road(spec, name: str) -> Optional[str]:
+    return getattr(_specs.part(spec, "bench"), name, None)
+
+
+FASTEST = {s.name: _road(s, "FASTEST") or "function" for s in _specs.all_specs() if _specs.is_builtin(s)}
+FASTEST_WITHOUT_ONEDNN = {s.name: _road(s, "FASTEST_WITHOUT_ONEDNN") for s in _specs.all_specs()
+                          if _specs.is_builtin(s) and _road(s, "FASTEST_WITHOUT_ONEDNN")}
 
 
 def reference_ops() -> List[type]:
     """The OpRun classes for `onnx.reference.ReferenceEvaluator(new_ops=...)`."""
-    return [getattr(op_module(s), s.name) for s in _specs.all_specs()]
+    return [reference_op(s) for s in _specs.all_specs()]
 
 
 # -- the native library -------------------------------------------------------------

@@ -16,8 +16,6 @@ two ways a body is used:
 """
 from __future__ import annotations
 
-import importlib
-import importlib.util
 from typing import Dict, List, Optional, Sequence, Union
 
 import numpy as np
@@ -38,16 +36,6 @@ CASTLIKE_OPSET = 15
 _ONNX_ATTR_TYPE = {"float": onnx.AttributeProto.FLOAT, "int": onnx.AttributeProto.INT,
                    "string": onnx.AttributeProto.STRING, "list(float)": onnx.AttributeProto.FLOATS,
                    "list(int)": onnx.AttributeProto.INTS}
-
-
-def op_module(spec: OpSpec):
-    """The op's module in this package (`<spec.module>.py`: its onnxruntime road and
-    reference kernel); for an op without one (a team's), one made from its spec."""
-    own = f"{__package__}.{spec.module}"
-    if not specs.is_builtin(spec) or importlib.util.find_spec(own) is None:
-        from .reference import team_op_module
-        return team_op_module(spec)
-    return importlib.import_module(own)
 
 
 def _spec(spec_or_name) -> OpSpec:

@@ -1,7 +1,7 @@
-"""The base of the per-op `OpRun` classes for onnx's ReferenceEvaluator.
+"""The `OpRun` class of every spec'd op for onnx's ReferenceEvaluator, made from its spec.
 
-They compute with the op's numpy float64 reference (`spec.reference_onnx`) and
-cast back to the input's dtype: `ReferenceEvaluator(model, new_ops=reference_ops())`.
+It computes with the op's numpy float64 reference (`spec.reference_onnx`) and
+casts back to the input's dtype: `ReferenceEvaluator(model, new_ops=reference_ops())`.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from bridge.ops import DOMAIN
 
 class ReferenceOp(OpRun):
     op_domain = DOMAIN
-    spec = None  # set by each op's subclass
+    spec = None  # set by each op's class (reference_op)
 
     def _run(self, *inputs, **attrs):
         spec = self.spec
@@ -23,17 +23,16 @@ class ReferenceOp(OpRun):
         return tuple(np.asarray(o).astype(dtype) for o in outs)
 
 
-_team_modules = {}
+_classes = {}
 
 
-def team_op_module(spec):
-    """What onnx_plugins/<op>.py holds for a built-in op, made from a team op's
-    spec: the reference OpRun class."""
-    import types
-    if spec.name not in _team_modules:
-        kernel = type(spec.name, (ReferenceOp,), {"spec": spec, "op_domain": spec.domain})
-        _team_modules[spec.name] = types.SimpleNamespace(SPEC=spec, **{spec.name: kernel})
-    return _team_modules[spec.name]
+def reference_op(spec) -> type:
+    """The op's OpRun class, named as the op (bridge's ops and a team's alike)."""
+    made = _classes.get(spec.name)
+    if made is None or made.spec is not spec:
+        made = _classes[spec.name] = type(spec.name, (ReferenceOp,), {"spec": spec, "op_domain": spec.domain,
+                                                                   "__module__": __name__})
+    return made
 
 
 def origin(spec) -> str:

@@ -32,6 +32,7 @@ from bridge import ops as _specs
 from bridge.native import BuildError, read_build_info, tf_ops_build
 
 from . import from_body as _from_body
+from . import team_ops as _team_ops
 
 _HERE = Path(__file__).resolve().parent
 _library = None
@@ -93,6 +94,12 @@ def _dispatcher(mod):
     return call
 
 
+def _served_by_host(spec) -> bool:
+    """Whether the loaded library registers the op (its kernel core, through host.cc)."""
+    from tensorflow.python.framework import op_def_registry
+    return op_def_registry.get(spec.name) is not None
+
+
 # The per-op Python sides, in spec order; each module exposes `op` and registers
 # its gradient on import; `composite` is set here from the spec's body.
 composite = types.SimpleNamespace()
@@ -101,13 +108,18 @@ _missing = {}  # op name -> why it has no TensorFlow side
 for _spec in _specs.all_specs():
     if not _specs.is_builtin(_spec):
         continue  # a team's op: its kernel comes with load_op_library (team_ops.py)
-    if importlib.util.find_spec(f"{__name__}.{_spec.module}_op") is None:
+    if importlib.util.find_spec(f"{__name__}.{_spec.module}_op") is not None:
+        _mod = importlib.import_module(f"{__name__}.{_spec.module}_op")
+        _mod.composite = _from_body.composite(_spec)  # the op's one decomposition (its spec's body), in TF ops
+    elif _served_by_host(_spec):
+        # A kernel core alone (bridge/ops/<op>/kernel.h, hosted by host.cc): the
+        # generic wrapper and gradient a team's core gets.
+        _mod = _team_ops.wrapper_module(_spec, _library)
+    else:
         # An op of bridge's with no TensorFlow side yet (only its spec): the other
         # ops' TF layer stands, and `bridge ops` shows this one's hole.
-        _missing[_spec.name] = f"no tf_ops/{_spec.module}.cc or {_spec.module}_op.py"
+        _missing[_spec.name] = f"no tf_ops/{_spec.module}.cc, kernel core or {_spec.module}_op.py"
         continue
-    _mod = importlib.import_module(f"{__name__}.{_spec.module}_op")
-    _mod.composite = _from_body.composite(_spec)  # the op's one decomposition (its spec's body), in TF ops
     _op_modules[_spec.name] = _mod
     globals()[_spec.module] = _dispatcher(_mod)
     if _mod.composite is not None:

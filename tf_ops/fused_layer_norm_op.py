@@ -14,9 +14,6 @@ from bridge.ops import fused_layer_norm as _spec_module
 SPEC = _spec_module.SPEC
 _EPSILON = SPEC.attr("epsilon").default
 
-# benchmarks/tflite.py's rows: (label, input shapes, TF attributes, in --quick)
-LITERT_BENCH_SHAPES = [("[4,128,768]", [(4, 128, 768), (768,), (768,)], {"epsilon": 1e-6}, True)]
-
 
 def _inputs(x, gamma, beta):
     x = tf.convert_to_tensor(x)

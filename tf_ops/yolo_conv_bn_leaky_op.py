@@ -15,12 +15,6 @@ SPEC = _spec_module.SPEC
 _D = SPEC.defaults()
 _PARAMS = _spec_module.PARAMS
 
-# benchmarks/tflite.py's rows: (label, input shapes, TF attributes, in --quick), YOLOv3's layers
-LITERT_BENCH_SHAPES = [(f"{n}x{n}x{cin}->{cout} k{k} s{s}", [(1, n, n, cin), (k, k, cin, cout)] + [(cout,)] * 5,
-                        {"strides": [1, s, s, 1], "padding": "SAME"}, quick)
-                       for n, cin, cout, k, s, quick in [(52, 256, 512, 3, 1, True), (26, 512, 256, 1, 1, True),
-                                                         (104, 128, 256, 3, 1, False), (208, 64, 128, 3, 2, False)]]
-
 
 def _attrs(strides, padding, explicit_paddings, dilations, epsilon, alpha):
     """The attributes resolved and checked by the spec (OpError, a ValueError)."""

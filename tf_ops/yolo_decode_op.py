@@ -13,15 +13,6 @@ from bridge.ops import yolo_decode as _spec_module
 SPEC = _spec_module.SPEC
 _SCALE_X_Y = SPEC.attr("scale_x_y").default
 
-# benchmarks/tflite.py's rows: (label, input shapes, TF attributes, in --quick), YOLOv3's heads
-LITERT_BENCH_SHAPES = [(f"[1,{n},{n},255]", [(1, n, n, 255)],
-                        {"anchors": [116.0, 90.0, 156.0, 198.0, 373.0, 326.0], "num_classes": 80, "stride": 8},
-                        n == 52) for n in (52, 13)]
-# benchmarks/tf_ops.py's rows (the op against its composite): as above, stride 416 / n
-TF_BENCH_SHAPES = [(f"1x{n}x{n}x255", [(1, n, n, 255)],
-                    {"anchors": [116.0, 90.0, 156.0, 198.0, 373.0, 326.0], "num_classes": 80, "stride": 416 // n},
-                    n == 13) for n in (13, 52)]
-
 
 def _attrs(anchors, num_classes, stride, scale_x_y):
     attrs = SPEC.resolve(dict(anchors=anchors, num_classes=num_classes, stride=stride, scale_x_y=scale_x_y))

@@ -1,8 +1,9 @@
 """The op contracts (docs/ops.md) as data: one `OpSpec` per op, with its numpy float64
 reference. Every other layer reads names, attributes, defaults and dtypes from here.
 
-bridge's own ops are the modules of this package that define `SPEC` (found, not
-listed: a new op is one new module); a team's ops come from `load_spec_file`
+bridge's own ops are the op folders of this package (bridge/ops/<op>/, whose
+__init__ defines `SPEC`; found, not listed: a new op is one new folder, and the
+hosts load its other files by name, `part`); a team's ops come from `load_spec_file`
 (`--op-spec FILE`) or the `bridge.ops` entry point group (registry.py).
 
 This package imports nothing heavier than numpy.
@@ -12,7 +13,7 @@ from __future__ import annotations
 from typing import Dict, Optional, Tuple
 
 from .spec import DOMAIN, DOMAIN_VERSION, REQUIRED, Arg, Attr, OpError, OpSpec, Tolerance
-from .registry import ORIGINS, SPECS, SpecError, is_builtin, load_entry_points, load_spec_file
+from .registry import ORIGINS, SPECS, SpecError, is_builtin, load_entry_points, load_spec_file, op_folder, part
 from . import registry as _registry
 
 _registry.load_builtins()
@@ -42,4 +43,5 @@ def domains() -> Dict[str, int]:
 
 
 __all__ = ["DOMAIN", "DOMAIN_VERSION", "REQUIRED", "Arg", "Attr", "OpError", "OpSpec", "Tolerance",
-           "SPECS", "ORIGINS", "SpecError", "all_specs", "domains", "for_node", "get", "is_builtin", "load_spec_file", "load_entry_points"]
+           "SPECS", "ORIGINS", "SpecError", "all_specs", "domains", "for_node", "get", "is_builtin", "load_spec_file", "load_entry_points",
+           "op_folder", "part"]

@@ -84,4 +84,4 @@ GRAPH_FUSION = (GraphPattern("layer_norm", "layer norm over the last axis (any T
 
 
 KERAS_FUSION = (Pattern("layer_norm", "LayerNormalization over the last axis", (Link("LayerNormalization"),),
-                        hook="bridge.converters.fuse_fused_layer_norm"),)
+                        hook="bridge.ops.fused_layer_norm.keras_fusion"),)

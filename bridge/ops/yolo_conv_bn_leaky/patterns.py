@@ -113,6 +113,6 @@ GRAPH_FUSION = (GraphPattern("conv_bn_leaky", "[Pad ->] Conv2D [-> BiasAdd] -> F
 KERAS_FUSION = (Pattern("conv_bn_leaky", "Conv2D -> BatchNormalization -> LeakyReLU (or Activation('leaky_relu'), "
                         "at its own slope)",
                         (Link("Conv2D"), Link("BatchNormalization"), Link(("LeakyReLU", "Activation"), "leaky_re_lu")),
-                        hook="bridge.converters.fuse_yolo_conv_bn_leaky"),
+                        hook="bridge.ops.yolo_conv_bn_leaky.keras_fusion"),
                 Pattern("zero_padding", "ZeroPadding2D before a VALID Conv2D (folded into EXPLICIT pads)",
                         (Link("ZeroPadding2D"), Link("Conv2D")), folded_into="conv_bn_leaky"))

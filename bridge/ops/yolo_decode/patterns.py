@@ -88,4 +88,4 @@ GRAPH_FUSION = (GraphPattern("yolo_decode", "a YOLO head's decode in TF ops: sig
 
 
 KERAS_FUSION = (Pattern("yolo_decode", "YoloDecodeHead (bridge.models.yolo)", (Link("YoloDecodeHead"),),
-                        hook="bridge.converters.fuse_yolo_decode"),)
+                        hook="bridge.ops.yolo_decode.keras_fusion"),)

@@ -6,7 +6,7 @@ transformer blocks: `is_sublayer` / `fuse_sublayer`, used by the rewriter's
 copy of that layer). RMS norms are near misses."""
 from __future__ import annotations
 
-from .fuse_layers_common import built_input_shape, dtype_problem
+from bridge.converters.fuse_layers_common import built_input_shape, dtype_problem
 
 KEY = "layer_norm"
 
@@ -14,17 +14,17 @@ KEY = "layer_norm"
 def _norm_problem(ln, rank: int):
     """Why the fused op cannot stand for LayerNormalization `ln` on a rank-`rank`
     input, or None."""
-    from .fuse_layers import NORM
+    from . import SPEC
     axes = sorted(a % rank for a in (ln.axis if isinstance(ln.axis, (list, tuple)) else [ln.axis]))
     if axes != [rank - 1]:
         return f"LayerNormalization over axes {axes} of a rank-{rank} input, not only the last axis"
     if getattr(ln, "rms_scaling", False):
         return "LayerNormalization has rms_scaling=True (RMS norm, no mean)"
-    return dtype_problem(NORM, ln)
+    return dtype_problem(SPEC, ln)
 
 
 def _make(ln, label, layer_name):
-    from .fuse_layers import FusedLayerNormalization
+    from .keras_layer import FusedLayerNormalization
     return FusedLayerNormalization(epsilon=ln.epsilon, center=ln.center, scale=ln.scale, replaces=[label],
                                    name=layer_name, dtype=ln.dtype_policy)
 

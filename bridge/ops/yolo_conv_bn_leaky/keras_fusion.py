@@ -8,7 +8,7 @@ separately. A chain cannot say all of it: the BatchNorm must use its moving
 statistics (no training=True on it or before it in the same call)."""
 from __future__ import annotations
 
-from .fuse_layers_common import dtype_problem, kind
+from bridge.converters.fuse_layers_common import dtype_problem, kind
 
 
 def match(rw, node) -> None:
@@ -50,7 +50,8 @@ def _leaky_kind(layer) -> str:
 
 def _match(rw, bn_node):
     import keras
-    from .fuse_layers import CONV, FusedConvBnLeaky
+    from . import SPEC
+    from .keras_layer import FusedConvBnLeaky
     bn = bn_node.operation
     conv_node = rw.producer_of(bn_node)
     conv = None if conv_node is None or conv_node.is_input else conv_node.operation
@@ -86,7 +87,7 @@ def _match(rw, bn_node):
     if alpha is None:
         return skip(f"BatchNormalization is followed by {_followed(leaky)}, not a LeakyReLU")
     names.append(leaky.name)
-    problem = dtype_problem(CONV, conv, bn, leaky)
+    problem = dtype_problem(SPEC, conv, bn, leaky)
     if problem:
         return skip(problem)
 
@@ -99,7 +100,7 @@ def _match(rw, bn_node):
         if pad is not None:
             first = zp_node
     try:
-        CONV.infer_shapes([tuple(first.input_tensors[0].shape), tuple(conv.kernel.shape)]
+        SPEC.infer_shapes([tuple(first.input_tensors[0].shape), tuple(conv.kernel.shape)]
                           + [(conv.filters,)] * 5, **attrs, epsilon=bn.epsilon, alpha=alpha)
     except ValueError as e:
         return skip(f"the fused op rejects it: {e}")

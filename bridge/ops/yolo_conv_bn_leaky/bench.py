@@ -1,0 +1,27 @@
+"""YoloConvBnLeaky's benchmark rows and its onnxruntime road (numbers: benchmarks/RESULTS.md).
+
+Rows: (label, input shapes, attributes, in --quick), YOLOv3's layers; ORT_ rows
+take the ONNX node's attributes (benchmarks/onnx_ops.py), LITERT_ rows
+TensorFlow's (benchmarks/tflite.py)."""
+
+# onnxruntime road for kernels="fastest" (onnx_plugins/__init__.py): the native
+# kernel on oneDNN; without oneDNN it is the library's own GEMM, slower than the function
+FASTEST = "native"
+FASTEST_WITHOUT_ONEDNN = "function"
+
+
+def _ort_row(x, cout, k, s, pads, quick):
+    label = f"{'x'.join(map(str, x))}->{cout} {k}x{k}" + (f" s{s}" if s > 1 else "")
+    attrs = {"strides": [s, s], "pads": pads, "dilations": [1, 1], "epsilon": 1e-5, "alpha": 0.1}
+    return label, [x, (k, k, x[-1], cout)] + [(cout,)] * 5, attrs, quick
+
+
+ORT_BENCH_SHAPES = [_ort_row((1, 416, 416, 32), 64, 3, 2, [1, 1, 0, 0], True),
+                    _ort_row((1, 104, 104, 128), 128, 3, 1, [1, 1, 1, 1], True),
+                    _ort_row((1, 13, 13, 512), 1024, 3, 1, [1, 1, 1, 1], False),
+                    _ort_row((1, 52, 52, 256), 128, 1, 1, [0, 0, 0, 0], False)]
+
+LITERT_BENCH_SHAPES = [(f"{n}x{n}x{cin}->{cout} k{k} s{s}", [(1, n, n, cin), (k, k, cin, cout)] + [(cout,)] * 5,
+                        {"strides": [1, s, s, 1], "padding": "SAME"}, quick)
+                       for n, cin, cout, k, s, quick in [(52, 256, 512, 3, 1, True), (26, 512, 256, 1, 1, True),
+                                                         (104, 128, 256, 3, 1, False), (208, 64, 128, 3, 2, False)]]
