@@ -338,11 +338,12 @@ def _package_dir(package: str) -> Path:
 
 def kernel_cores() -> List[Tuple[object, Path]]:
     """(spec, kernel.h) of every built-in op whose folder holds a kernel core
-    (bridge/ops/<module>/kernel.h): the ops the generic hosts serve."""
+    (kernel.h beside its spec: bridge/ops/<module>/, or an op folder elsewhere on
+    bridge.ops.__path__): the ops the generic hosts serve."""
     from bridge import ops
-    root = _package_dir("bridge") / "ops"
-    return [(spec, root / spec.module / "kernel.h") for spec in ops.all_specs()
-            if ops.is_builtin(spec) and (root / spec.module / "kernel.h").is_file()]
+    folders = [(spec, ops.op_folder(spec)) for spec in ops.all_specs()]
+    return [(spec, folder / "kernel.h") for spec, folder in folders
+            if folder is not None and (folder / "kernel.h").is_file()]
 
 
 def is_core_folder(folder) -> bool:
