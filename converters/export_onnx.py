@@ -14,6 +14,11 @@ handlers -> refuse unsupported ops -> add functions (or inline) -> the full
 checker -> write atomically (external data above ~2 GB) -> run TensorFlow and
 onnxruntime on the same random inputs and report the max error per output.
 
+`--quantize dynamic|static` makes it int8 for onnxruntime (converters/quantize_onnx.py):
+judged by the answers (`--task classify|detect|embed`, bridge.parity.task), since
+no elementwise bound of a float32 export holds; static is calibrated on
+`--calibration DIR|FILE.npz` and verified on those inputs.
+
 Importing this module is cheap (no TensorFlow): the CLI imports every exporter
 to build its --help.
 """
@@ -45,6 +50,45 @@ DEFAULT_OPSET = 18
 EXTERNAL_DATA_BYTES = 1_800_000_000
 TF2ONNX_LOGGERS = ("tf2onnx",)
 T = TypeVar("T")
+TASKS = ("classify", "detect", "embed")   # bridge.parity.task.TASKS (this module imports no parity)
+# built-in models whose answers are embeddings (a task needs no --task for them)
+EMBEDDING_BUILTINS = ("bert", "minilm")
+
+
+def add_arguments(group):
+    group.add_argument("--quantize", choices=("none", "dynamic", "static"), default="none",
+                       help="int8 for onnxruntime: dynamic (MatMul/Gemm weights, activations at run time) or "
+                            "static (QDQ, per-channel conv weights, calibrated on --calibration); judged by --task")
+    group.add_argument("--calibration", metavar="DIR|FILE", help="inputs for --quantize static (an .npz, .npy or a "
+                       "folder, as bridge parity --inputs); the export is verified on them")
+    group.add_argument("--task", choices=TASKS, help="how a quantized export is judged: top-1 agreement, matched "
+                       "boxes or embedding cosine (bridge.parity.task); built-in bert/minilm: embed")
+
+
+def check_quantize(source, quantize: Optional[str], calibration, task: Optional[str], mode: Optional[str]):
+    """(quantize, task, mode) checked: static takes --calibration and the lowered
+    export; a quantized export takes a task to be judged by."""
+    from .quantize_onnx import MODES as QUANTIZE
+    quantize = quantize or "none"
+    if quantize not in QUANTIZE:
+        raise OptionError(f"--quantize {quantize}: the ONNX export quantizes {', '.join(QUANTIZE[1:])}")
+    if quantize == "none":
+        if calibration or task:
+            raise OptionError(f"{'--calibration' if calibration else '--task'} applies to --quantize dynamic|static")
+        return quantize, None, mode
+    if calibration and quantize != "static":
+        raise OptionError("--calibration applies to --quantize static (dynamic quantization calibrates nothing)")
+    if quantize == "static" and not calibration:
+        raise OptionError("--quantize static needs --calibration DIR|FILE.npz: the inputs its activation ranges "
+                          "are measured on")
+    if task is None and getattr(source, "kind", "") == "builtin" and getattr(source, "name", "") in EMBEDDING_BUILTINS:
+        task = "embed"
+    if task is None:
+        raise OptionError(f"--quantize {quantize} needs --task {'|'.join(TASKS)}: an int8 export keeps no "
+                          f"elementwise bound, so it is judged by its answers")
+    if task not in TASKS:
+        raise OptionError(f"--task {task}: expected one of {', '.join(TASKS)}")
+    return quantize, task, ("lowered" if quantize == "static" else mode)
 
 
 def opset_range() -> range:
@@ -519,14 +563,17 @@ def _variable_bytes(concrete) -> int:
 
 def export(source, output: str, *, mode: Optional[str] = None, opset: Optional[int] = None, fuse: bool = True,
            seed: int = 0, verbose: bool = False, progress: Optional[Progress] = None, atol: Optional[float] = None,
-           verify=None, external_data: Optional[bool] = None, **_) -> ExportResult:
+           verify=None, external_data: Optional[bool] = None, quantize: Optional[str] = "none",
+           calibration=None, task: Optional[str] = None, **_) -> ExportResult:
     """The `--to onnx` exporter (interface: bridge/commands/export.py). `verify`:
     a bridge.parity.verify.Verifier, run on the staged file (None: not verified)."""
     progress = progress or quiet()
+    quantize, task, mode = check_quantize(source, quantize, calibration, task, mode)
     mode = check_mode(mode)
     opset = check_opset(opset)
     if source.kind == "onnx":
         raise OptionError(f"{source.arg} is already an ONNX model")
+    calibrated = _calibration_inputs(source, calibration) if quantize == "static" else None
     summary: List[str] = []
     details: dict = {"mode": mode, "opset": opset}
     model = model_to_export(source, fuse, progress, summary, details)
@@ -540,13 +587,18 @@ def export(source, output: str, *, mode: Optional[str] = None, opset: Optional[i
         # tensors back inside the proto
         onnx_model, external = convert(fn, source.signature(), opset=opset, mode=mode,
                                        output_names=source.output_names, verbose=verbose, large=True)
-        if not large:
+        if not large or quantize != "none":
             onnx_model, external = embed_external(onnx_model, external), {}
+    if quantize != "none":
+        onnx_model, large = _quantized(onnx_model, quantize, calibrated, progress, summary, details)
     checks: List[Check] = []
 
     def verified(staged: str) -> bool:  # the staged file, before it is moved into place
         with progress.stage("verifying"):
-            checks.extend(verify.onnx(staged, mode))
+            if quantize == "none":
+                checks.extend(verify.onnx(staged, mode))
+            else:
+                checks.extend(verify.onnx(staged, mode, quantize=quantize, task=task, inputs=calibrated))
         return all(c.passed for c in checks)
 
     files = save(onnx_model, output, external=large, storage=external, verify=verified if verify else None,
@@ -568,6 +620,40 @@ def export(source, output: str, *, mode: Optional[str] = None, opset: Optional[i
     summary += renamed_lines(onnx_model)
     return ExportResult(output=files[0], format="onnx", files=files, summary=summary, checks=checks,
                         seconds=dict(progress.seconds), details=details)
+
+
+def _calibration_inputs(source, path) -> Dict[str, np.ndarray]:
+    """--calibration read for the model's inputs (names, ranks, fixed dims checked)."""
+    from bridge.parity.inputs import InputError
+    from bridge.parity.real_inputs import open_inputs
+    try:
+        return open_inputs(path, None, "--calibration").resolve(source.inputs)
+    except InputError as e:
+        raise OptionError(str(e)) from None
+
+
+def _quantized(model, quantize: str, calibrated, progress: Progress, summary: List[str], details: dict):
+    """(the int8 model, whether its weights go to external data)."""
+    from . import quantize_onnx
+    with progress.stage(f"quantizing ({quantize})"):
+        if quantize == "dynamic":
+            weights = quantize_onnx.weight_type()
+            model = quantize_onnx.dynamic(model, weights)
+            how = (f"dynamic int8: MatMul/Gemm weights {weights} (this CPU "
+                   f"{'has' if quantize_onnx.cpu_has_vnni() else 'lacks'} VNNI), activations at run time")
+        else:
+            n = len(quantize_onnx.batches(calibrated))
+            model = quantize_onnx.static(model, quantize_onnx.batches(calibrated))
+            weights = "int8"
+            how = (f"static int8 (QDQ, per-channel weights) of the lowered export (onnxruntime's calibrator runs "
+                   f"without bridge's kernels), calibrated on {n} sample(s) of --calibration")
+    made = quantize_onnx.counts(model)
+    if not made:
+        raise ExportError(f"--quantize {quantize}: onnxruntime's quantizer left no node int8 (the model has no "
+                          f"{'MatMul/Gemm with constant weights' if quantize == 'dynamic' else 'quantizable node'})")
+    summary.append(how + ": " + ", ".join(f"{v} {k}" for k, v in sorted(made.items())))
+    details.update(quantize=quantize, weights=weights, int8_nodes=dict(made))
+    return model, model.ByteSize() > EXTERNAL_DATA_BYTES
 
 
 def renamed_lines(model) -> List[str]:

@@ -132,7 +132,7 @@ def _target_options(mod, to: str, given: Mapping[str, Any]) -> Dict[str, Any]:
     out = {}
     for dest, action in actions.items():
         value = given.get(dest, action.default)
-        if dest in given and action.choices is not None and value not in action.choices:
+        if dest in given and value is not None and action.choices is not None and value not in action.choices:
             raise OptionError(f"{action.option_strings[0]} {value}: --to {to} takes "
                               f"{', '.join(map(str, action.choices))}")
         out[dest] = value

@@ -92,14 +92,28 @@ def add_arguments(p):
     p.add_argument("-v", "--verbose", action="store_true", help="show the converters' own logging")
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     own = {}
+    seen: dict = {}   # option string -> the action already on the parser
     for to, mod in _loaded_exporters().items():
-        add = getattr(mod, "add_arguments", None)
-        if add is None:
+        from bridge.api.export import own_options
+        actions = own_options(mod)
+        if not actions:
             continue
-        group = p.add_argument_group(f"--to {to}")
-        before = len(group._group_actions)
-        add(group)
-        own[to] = [a.dest for a in group._group_actions[before:]]
+        group = None
+        own[to] = []
+        for dest, action in actions.items():
+            flag = action.option_strings[0]
+            if flag in seen:  # two targets take one flag (--quantize): one flag, both targets' choices
+                shared = seen[flag]
+                if shared.choices is not None and action.choices is not None:
+                    shared.choices = list(dict.fromkeys([*shared.choices, *action.choices]))
+                shared.help = f"{shared.help}; --to {to}: {action.help}"
+            else:
+                group = group or p.add_argument_group(f"--to {to}")
+                action.help = f"--to {to}: {action.help}" if any(
+                    flag in own_options(m).get(dest, argparse.Action([], dest)).option_strings
+                    for t, m in _loaded_exporters().items() if t != to) else action.help
+                seen[flag] = group._add_action(action)
+            own[to].append(dest)
     p.set_defaults(_export_own_options=own)
 
 

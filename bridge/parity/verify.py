@@ -208,8 +208,16 @@ class Verifier:
         rt.attach(_Outputs(self.reference()), model, path)
         return rt.run(self.feeds())
 
-    def onnx(self, path: str, mode: str) -> List[Check]:
+    def use_inputs(self, arrays: Mapping[str, np.ndarray]) -> None:
+        """Verify on `arrays` (a static int8 export's calibration inputs) instead of the sample."""
+        self._memo = {"feeds": dict(arrays)}
+
+    def onnx(self, path: str, mode: str, quantize: str = "none", task: Optional[str] = None,
+             inputs: Optional[Mapping[str, np.ndarray]] = None) -> List[Check]:
+        """`quantize` dynamic|static: an int8 export, judged by `task` (see by_task)."""
         import onnx
+        if inputs is not None:
+            self.use_inputs(inputs)
         model = onnx.load(path, load_external_data=False)
         try:
             got = self._run(onnx_runtime(mode), model, path)
@@ -217,7 +225,43 @@ class Verifier:
             raise ExportError(f"onnxruntime cannot run the export (not written): {_first_line(e)}. This is a "
                               f"fault of the converted graph, not of the model: try another --opset, and "
                               f"report it with the model") from None
-        return self.judged(got)
+        checks = self.judged(got)
+        return checks if quantize == "none" else self.by_task(checks, got, task, quantize)
+
+    def by_task(self, checks: List[Check], got: Mapping[str, np.ndarray], task: str, quantize: str) -> List[Check]:
+        """A quantized export's checks decided by its answers (bridge.parity.task)
+        against the model in float64 where it has a float64 run, else TF float32:
+        each output the task reads passes exactly when every agreement does,
+        whatever its elementwise error (reported beside). An output the task does
+        not read keeps its elementwise verdict; a NaN or Inf never passes."""
+        from bridge.parity import task as task_mod
+        from bridge.parity.inputs import InputError
+        ref = self.reference()
+        try:
+            names = task_mod.outputs_for(task, ref)
+        except InputError as e:
+            raise ExportError(f"{e} (the quantized export is judged by it)") from None
+        judge, against = ref, "tf"
+        try:
+            judge, against = dict(self.float64()()), truth.NAME
+        except NoFloat64:
+            pass
+        rows = task_mod.agreements(task, names, got, judge, against)
+        ok = bool(rows) and all(a.passed for a in rows)
+        said = "; ".join(f"{a.metric} {a.value:.4g} {'>=' if a.passed else '<'} {a.threshold:g} vs {a.against}"
+                         + (f" ({a.note})" if a.note else "") for a in rows)
+        read = {n for a in rows for n in a.output.split("+")} | set(names)
+        out = []
+        for c in checks:
+            mine = np.asarray(got.get(c.output, np.nan))
+            if c.output not in read or (mine.dtype.kind == "f" and not np.isfinite(mine).all()):
+                out.append(c)
+                continue
+            elementwise = f"elementwise {c.max_abs_error:.3g} (float32 bound {c.allowed:.3g})"
+            out.append(dataclasses.replace(c, passed=ok, status=task_mod.JUDGED_BY_TASK if ok else "FAIL",
+                                           note=f"{quantize} int8, {task_mod.JUDGED_BY_TASK} {task}: {said}; "
+                                                f"{elementwise}"))
+        return out
 
     def tflite(self, data: bytes, custom: bool, bound: Optional[float] = None) -> List[Check]:
         return self.judged(self._run(tflite_runtime(custom), data), bound=bound)
