@@ -1,6 +1,6 @@
 """Function bodies: each com.bridge op written in standard ONNX ops.
 
-Each op's spec has `body(b, *inputs, outputs)` (bridge/ops/<op>.py, or a team's
+Each op's spec has `body(b, *inputs, outputs)` (bridge/ops/<op>/body.py, or a team's
 spec file), which emits its nodes through a `Body`. A `Body` hides what changes between opsets
 (ReduceMean's axes, Split's sizes, Unsqueeze's axes, CastLike) and between the
 two ways a body is used:

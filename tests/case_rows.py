@@ -1,4 +1,4 @@
-"""The built-in ops' case-table rows (bridge/ops/<op>.py `examples()`) as test
+"""The built-in ops' case-table rows (bridge/ops/<op>/cases.py `examples()`) as test
 parameters: a parametrised per-op test or an Ascend case list reads its rows
 here, so a fourth built-in op is covered with no edit. Where a backend is slow
 per row, `per_op` caps the rows to the op's first row, a seeded pick of the

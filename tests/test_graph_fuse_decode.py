@@ -4,7 +4,7 @@ onto YoloDecode; decodes that are near it but compute something else (anchors on
 the swapped wh logits, a grid offset of 0.5, softplus for exp, y at another
 stride, a stride of a fixed image size over an open grid) stay as they are, each
 a near-miss row. Numbers are judged against numpy
-float64: the op's reference (bridge/ops/yolo_decode.py) on the raw head outputs,
+float64: the op's reference (bridge/ops/yolo_decode/reference.py) on the raw head outputs,
 and for the near misses the planted formula written again in numpy."""
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from bridge import tf_ops
 SPEC = specs.get("FusedLayerNorm")
 
 # Odd sizes, H=1, empty batches, an empty row, a large H, rank 1 and rank 4, large
-# means: the op's case table (bridge/ops/fused_layer_norm.py), plus H = 0.
+# means: the op's case table (bridge/ops/fused_layer_norm/cases.py), plus H = 0.
 TABLE = [pytest.param(e, dtype, id=f"{e.id}-{dtype}") for e in SPEC.examples() for dtype in e.dtypes]
 
 

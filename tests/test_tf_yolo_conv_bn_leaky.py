@@ -112,7 +112,7 @@ TABLE = [pytest.param(e, dtype, id=f"{e.id}-{dtype}") for e in SPEC.examples() f
 @pytest.mark.parametrize("road", ROADS)
 @pytest.mark.parametrize("example,dtype", TABLE)
 def test_case_table_on_every_road(close, road, example, dtype):
-    """The op's case table (bridge/ops/yolo_conv_bn_leaky.py): both kernel roads and the composite."""
+    """The op's case table (bridge/ops/yolo_conv_bn_leaky/cases.py): both kernel roads and the composite."""
     inputs, attrs = example.cast(dtype), example.attrs
     ref = SPEC.reference(*inputs, **attrs)
     close(OP, _run_on(road, inputs, attrs), ref, dtype, what=road)

@@ -13,7 +13,7 @@ SPEC = specs.get("YoloDecode")
 YOLO_ANCHORS = (116, 90, 156, 198, 373, 326)  # docs/ops.md: the stride-32 head of YOLOv3-416
 
 # Odd grids, a single cell, an empty batch, an empty grid, one anchor, one class,
-# YOLOv3's 80 classes, saturated logits: the op's case table (bridge/ops/yolo_decode.py).
+# YOLOv3's 80 classes, saturated logits: the op's case table (bridge/ops/yolo_decode/cases.py).
 TABLE = [pytest.param(e, dtype, id=f"{e.id}-{dtype}") for e in SPEC.examples() for dtype in e.dtypes]
 
 
