@@ -553,6 +553,25 @@ def onednn_root() -> Optional[Path]:
     return None
 
 
+def eigen_include() -> Path:
+    """A folder holding Eigen/Core for the libraries whose framework brings no
+    Eigen (onnxruntime's, LiteRT's): `BRIDGE_EIGEN_INCLUDE`, Debian's
+    libeigen3-dev, else the installed TensorFlow's headers (found, not imported)."""
+    import importlib.util
+    env = os.environ.get("BRIDGE_EIGEN_INCLUDE")
+    candidates = [Path(env)] if env else [Path("/usr/include/eigen3")]
+    if not env:
+        tf = importlib.util.find_spec("tensorflow")
+        if tf is not None and tf.submodule_search_locations:
+            candidates.append(Path(list(tf.submodule_search_locations)[0]) / "include")
+    for folder in candidates:
+        if (folder / "Eigen" / "Core").is_file():
+            return folder
+    raise BuildError(f"no Eigen headers (Eigen/Core) in {', '.join(map(str, candidates))}: the kernel cores need them "
+                     f"(YoloConvBnLeaky's GEMM road). Fix: apt-get install libeigen3-dev (or pip install tensorflow, "
+                     f"whose headers carry Eigen), or BRIDGE_EIGEN_INCLUDE=DIR naming a folder with Eigen/Core")
+
+
 def _ort_include(fetch: bool) -> Optional[Path]:
     """onnxruntime's C headers: found (ORT_INCLUDE_DIR, the cache), else fetched
     into the cache when `fetch`, else None."""
@@ -582,7 +601,7 @@ def ort_build(portable: Optional[bool] = None, fetch: bool = True) -> Optional[B
     tf_ops_dir = _package_dir("bridge.tf_ops")
     kernels = _package_dir("bridge") / "kernels"
     options = {"ORT_INCLUDE_DIR": str(include), "BRIDGE_TF_OPS_DIR": str(tf_ops_dir),
-               "BRIDGE_KERNELS_DIR": str(kernels)}
+               "BRIDGE_KERNELS_DIR": str(kernels), "BRIDGE_EIGEN_INCLUDE": str(eigen_include())}
     dnnl = onednn_root()
     if dnnl:
         options["BRIDGE_DNNL_ROOT"] = str(dnnl)
@@ -663,7 +682,8 @@ def litert_build(portable: Optional[bool] = None) -> Build:
               f"({', '.join(LITERT_KNOWN)}); its self-test decides", file=sys.stderr, flush=True)
     tf_ops_dir = _tf_ops_dir()
     kernels = _package_dir("bridge") / "kernels"
-    options = {"LITERT_LIBRARY": str(lib), "BRIDGE_KERNELS_DIR": str(kernels), "BRIDGE_TF_OPS_DIR": str(tf_ops_dir)}
+    options = {"LITERT_LIBRARY": str(lib), "BRIDGE_KERNELS_DIR": str(kernels), "BRIDGE_TF_OPS_DIR": str(tf_ops_dir),
+               "BRIDGE_EIGEN_INCLUDE": str(eigen_include())}
     dnnl = onednn_root()
     if dnnl:
         options["BRIDGE_DNNL_ROOT"] = str(dnnl)

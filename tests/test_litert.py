@@ -190,13 +190,13 @@ def test_bad_decode_attributes_name_op_and_argument(litert_lib, tmp_path, option
 
 
 @pytest.mark.parametrize("options,arg,message", [
-    ({"T": 0, "padding": "SAME", "strides": [1, 1, 1]}, "strides", "needs 4 values [1,sh,sw,1], got [1,1,1]"),
+    ({"T": 0, "padding": "SAME", "strides": [1, 1, 1]}, "strides", "needs 4 values [1,sh,sw,1], got [1, 1, 1]"),
     ({"T": 0, "padding": "HALF", "strides": [1, 1, 1, 1]}, "padding", "'HALF' is not one of"),
     ({"T": 0, "padding": "EXPLICIT", "strides": [1, 1, 1, 1], "explicit_paddings": [0, 0, 1, 1]},
      "explicit_paddings", "EXPLICIT padding needs 8 values"),
-    ({"T": 0, "strides": [1, 1, 1, 1]}, "padding", "is missing"),
+    ({"T": 0, "padding": 1, "strides": [1, 1, 1, 1]}, "padding", "must be a string"),
     ({"T": 1, "padding": "SAME", "strides": [1, 1, 1, 1]}, "T", "this LiteRT kernel runs float32 (TensorType 0) only"),
-], ids=["short-strides", "bad-padding", "short-explicit", "missing-padding", "float16"])
+], ids=["short-strides", "bad-padding", "short-explicit", "padding-not-a-string", "float16"])
 def test_bad_conv_attributes_name_op_and_argument(litert_lib, tmp_path, rng, options, arg, message):
     consts = [("filter", _rand(rng, [1, 1, 2, 3]))] + [(n, _rand(rng, [3], low=0.5)) for n in
                                                        ("conv_bias", "bn_gamma", "bn_beta", "bn_mean", "bn_variance")]

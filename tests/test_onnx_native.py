@@ -274,9 +274,9 @@ def test_missing_headers_folder_is_a_build_error(monkeypatch, tmp_path):
 def _conv_calls(library) -> dict:
     import ctypes
     lib = ctypes.CDLL(str(library))
-    lib.bridge_ort_conv_calls.restype = ctypes.c_uint64
-    lib.bridge_ort_conv_calls.argtypes = [ctypes.c_char_p]
-    return {r: int(lib.bridge_ort_conv_calls(r.encode())) for r in ("gemm", "onednn-direct", "onednn-winograd")}
+    lib.bridge_conv_calls.restype = ctypes.c_uint64
+    lib.bridge_conv_calls.argtypes = [ctypes.c_char_p]
+    return {r: int(lib.bridge_conv_calls(r.encode())) for r in ("gemm", "onednn-direct", "onednn-winograd")}
 
 
 def _has_onednn(library) -> bool:

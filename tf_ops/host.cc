@@ -3,7 +3,9 @@
 // REGISTER_OP (tensors, attributes, defaults and T's types from the rendered
 // header), its shape function (the core's one shape rule on partial shapes) and
 // a CPU OpKernel per dtype, which checks each call by the same rule and runs
-// the core on the op's own device thread pool.
+// the core on the op's own device thread pool (with the core's per-node state,
+// where it has one: abi.h).
+#include <mutex>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -27,14 +29,23 @@ using tensorflow::shape_inference::InferenceContext;
 using tensorflow::shape_inference::ShapeHandle;
 
 // The rendered Read() calls Get(name, &field, has_default); TensorFlow fills in
-// the registered defaults itself. The first failure is kept.
+// the registered defaults itself (and appends a list to what the field holds:
+// it is emptied first). The first failure is kept.
 template <typename Source>
 struct Reader {
   const Source& src;
   mutable absl::Status status;
   template <typename T>
   void Get(const char* name, T* v, bool) const {
+    *v = T();
     if (status.ok()) status = src.GetAttr(name, v);
+  }
+  // list(int) as TensorFlow's own kernels (Conv2D's strides) read it: int32, so a
+  // value out of that range gets TensorFlow's words before the core sees it.
+  void Get(const char* name, std::vector<int64_t>* v, bool) const {
+    std::vector<int32_t> narrow;
+    if (status.ok()) status = src.GetAttr(name, &narrow);
+    v->assign(narrow.begin(), narrow.end());
   }
 };
 
@@ -84,7 +95,11 @@ template <typename Core, typename T>
 class HostOp : public OpKernel {
  public:
   using Spec = typename Core::Spec;
-  explicit HostOp(OpKernelConstruction* ctx) : OpKernel(ctx) { OP_REQUIRES_OK(ctx, ReadParams<Core>(*ctx, &params_)); }
+  explicit HostOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ReadParams<Core>(*ctx, &params_));
+    const abi::Status s = state_.Init(params_);
+    OP_REQUIRES(ctx, s.ok(), absl::InvalidArgumentError(abi::Describe(Spec::kName, s)));
+  }
 
   void Compute(OpKernelContext* ctx) override {
     std::vector<abi::Shape> shapes, out_shapes;
@@ -112,13 +127,41 @@ class HostOp : public OpKernel {
       }
       out.push_back({const_cast<char*>(t->tensor_data().data()), out_shapes[i].d, type});
     }
-    Core::Compute(params_, in, out, [ctx](int64_t count, int64_t cost, const abi::Range& fn) {
+    state_.Compute(params_, SameWeights(ctx), in, out, [ctx](int64_t count, int64_t cost, const abi::Range& fn) {
       ParallelRows(ctx, count, cost, fn);
     });
   }
 
  private:
+  // Whether the weights are the previous call's buffers. The kernel holds those,
+  // and holding them is what makes this sound: TensorFlow writes into a
+  // variable's buffer in place only while nothing else references it
+  // (AssignAdd/Sub and the optimizers copy on write, Assign swaps in a new
+  // buffer), and a buffer still alive cannot reappear at its address as another
+  // tensor; changed values thus always arrive as another buffer. Outside that
+  // promise: TF1 reference variables and memory written behind TensorFlow's back.
+  bool SameWeights(OpKernelContext* ctx) {
+    constexpr int from = abi::WeightsFrom<Core>();
+    if (from < 0) return false;
+    std::lock_guard<std::mutex> lock(mu_);
+    bool same = static_cast<int>(held_.size()) == ctx->num_inputs() - from;
+    for (int i = from; i < ctx->num_inputs() && same; ++i) {
+      const Tensor& t = ctx->input(i);
+      const Tensor& h = held_[i - from];
+      same = h.SharesBufferWith(t) && h.tensor_data().data() == t.tensor_data().data() && h.shape() == t.shape() &&
+             h.dtype() == t.dtype();
+    }
+    if (!same) {
+      held_.clear();
+      for (int i = from; i < ctx->num_inputs(); ++i) held_.push_back(ctx->input(i));
+    }
+    return same;
+  }
+
   typename Core::Params params_;
+  abi::NodeState<Core> state_;
+  std::mutex mu_;
+  std::vector<Tensor> held_;
 };
 
 template <typename Core, typename T>

@@ -9,6 +9,23 @@
 //   static void Compute(const Params&, const std::vector<In>&, const std::vector<Out>&, const ParallelFor&);
 //   static constexpr int kInplaceInput = k or -1;          output 0 may reuse input k's buffer
 //
+// A core whose later inputs are weights (constant in a deployed graph) that pay
+// to prepare once -- fold, pack -- declares per-node state instead:
+//
+//   struct State;                            default-constructible; Compute may be called
+//                                            on it from several threads at once
+//   static constexpr int kWeightsFrom = k;   inputs k.. are the weights
+//   static Status Init(const Params&, State*);   once per node, when the host builds it
+//   static void Compute(const Params&, State&, bool same_weights, in, out, parallel_for);
+//
+// The host keeps one State per node (TF: per OpKernel, onnxruntime: per kernel
+// instance, LiteRT: per node) and says whether the weights hold the values of the
+// previous call on it: onnxruntime when they are constant initializers (always),
+// TensorFlow when they are the previous call's buffers, held by the kernel so
+// that a change always arrives as another buffer, LiteRT (and onnxruntime's
+// non-constant weights) when their bytes equal a kept copy (SameBytes below).
+// A core may then reuse what it prepared; it must not when told false.
+//
 // Shapes is the op's one check and shape function: at graph-build time (unknown
 // dims -1, unknown rank), at run time, on every runtime, in the words of the
 // Python spec. Compute runs on plain views; its parallel loops go through the
@@ -22,7 +39,9 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -35,13 +54,16 @@ namespace abi {
 
 // A bad argument: `arg` and why; an empty arg is success. Hosts turn it into
 // "Op: argument 'arg': message" (bridge.ops.OpError's words).
+// Fail: a failure that is no argument's (a bad setting), "Op: message".
 struct Status {
   std::string arg, message;
-  bool ok() const { return arg.empty(); }
+  bool ok() const { return arg.empty() && message.empty(); }
 };
 inline Status Ok() { return {}; }
 inline Status Bad(std::string arg, std::string message) { return {std::move(arg), std::move(message)}; }
+inline Status Fail(std::string message) { return {std::string(), std::move(message)}; }
 inline std::string Describe(const char* op, const Status& s) {
+  if (s.arg.empty()) return std::string(op) + ": " + s.message;
   return std::string(op) + ": argument '" + s.arg + "': " + s.message;
 }
 
@@ -273,6 +295,73 @@ Status RuleShapes(const char* op, const std::vector<Shape>& in, std::vector<Shap
   }
   return Ok();
 }
+
+// -- per-node state (the optional hook above) ------------------------------------
+template <typename Core, typename = void>
+struct HasState : std::false_type {};
+template <typename Core>
+struct HasState<Core, std::void_t<typename Core::State>> : std::true_type {};
+
+// What a host keeps per node: the core's State where it has one, else nothing.
+template <typename Core, bool = HasState<Core>::value>
+struct NodeState {
+  Status Init(const typename Core::Params&) { return Ok(); }
+  void Compute(const typename Core::Params& p, bool, const std::vector<In>& in, const std::vector<Out>& out,
+               const ParallelFor& pf) {
+    Core::Compute(p, in, out, pf);
+  }
+};
+template <typename Core>
+struct NodeState<Core, true> {
+  typename Core::State state;
+  Status Init(const typename Core::Params& p) { return Core::Init(p, &state); }
+  void Compute(const typename Core::Params& p, bool same, const std::vector<In>& in, const std::vector<Out>& out,
+               const ParallelFor& pf) {
+    Core::Compute(p, state, same, in, out, pf);
+  }
+};
+
+template <typename Core>
+constexpr int WeightsFrom() {
+  if constexpr (HasState<Core>::value) {
+    return Core::kWeightsFrom;
+  } else {
+    return -1;
+  }
+}
+
+inline int64_t Bytes(const In& v) { return v.size() * (v.type == DType::kFloat16 ? 2 : 4); }
+
+// Whether the weights' bytes equal those of the previous call; keeps a copy.
+// For hosts that cannot tell otherwise (a LiteRT node's tensors).
+class SameBytes {
+ public:
+  bool Check(const std::vector<In>& in, int from) {
+    std::vector<int64_t> shapes;
+    int64_t total = 0;
+    for (size_t i = from; i < in.size(); ++i) {
+      shapes.push_back(static_cast<int64_t>(in[i].shape.size()) * 2 + (in[i].type == DType::kFloat16));
+      shapes.insert(shapes.end(), in[i].shape.begin(), in[i].shape.end());
+      total += Bytes(in[i]);
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    bool same = shapes == shapes_;
+    for (size_t i = from, at = 0; i < in.size() && same; at += Bytes(in[i]), ++i)
+      same = !Bytes(in[i]) || std::memcmp(kept_.data() + at, in[i].data, Bytes(in[i])) == 0;
+    if (!same) {
+      shapes_ = std::move(shapes);
+      kept_.resize(total);
+      for (size_t i = from, at = 0; i < in.size(); at += Bytes(in[i]), ++i)
+        if (Bytes(in[i])) std::memcpy(kept_.data() + at, in[i].data, Bytes(in[i]));
+    }
+    return same;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<int64_t> shapes_;
+  std::vector<char> kept_;
+};
 
 }  // namespace abi
 }  // namespace bridge

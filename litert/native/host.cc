@@ -3,8 +3,9 @@
 // The node's custom options are read by the spec's attribute list (TensorFlow's
 // names and defaults: a .tflite carries the TF node's attributes), the shapes
 // checked by the core's one shape function, and the core computes on OpenMP
-// threads.
+// threads (with its per-node state where it has one: abi.h).
 #include <algorithm>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -41,12 +42,17 @@ struct Hosted : Node {
   using Spec = typename Core::Spec;
   typename Core::Params params;
 
+  abi::NodeState<Core> state;
+  abi::SameBytes seen;  // a node's weights are its constant tensors, compared, never assumed
+
   explicit Hosted(const Attrs& attrs) {
     typename Spec::Attrs a;
     Spec::Read(Reader{attrs}, &a);
-    const abi::Status s = Core::Read(a, &params);
+    abi::Status s = Core::Read(a, &params);
     if (!s.ok()) throw OpFailure(Spec::kName, s.arg, s.message);
     attrs.require_float32();
+    s = state.Init(params);
+    if (!s.ok()) throw std::invalid_argument(abi::Describe(Spec::kName, s));
   }
 
   std::vector<std::vector<int64_t>> output_shapes(const std::vector<std::vector<int64_t>>& in) override {
@@ -63,7 +69,8 @@ struct Hosted : Node {
     for (const View& v : in) ins.push_back({v.data, v.shape, abi::DType::kFloat32});
     std::vector<abi::Out> outs;
     for (const View& v : out) outs.push_back({v.data, v.shape, abi::DType::kFloat32});
-    Core::Compute(params, ins, outs, ParallelFor);
+    constexpr int from = abi::WeightsFrom<Core>();
+    state.Compute(params, from >= 0 && seen.Check(ins, from), ins, outs, ParallelFor);
   }
 };
 

@@ -2,8 +2,10 @@
 // (spec/cores.h, rendered from the specs; the ABI is bridge/kernels/abi.h). The
 // node's attributes are read by the spec's table, the inputs checked by the
 // core's one shape function, the outputs allocated here, and the core computes
-// on the session's intra-op threads.
+// on the session's intra-op threads (with its per-node state where it has one:
+// its weights are the same on every call when they are constant initializers).
 #include <algorithm>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -44,11 +46,28 @@ struct Hosted : Kernel {
   using Spec = typename Core::Spec;
   typename Core::Params params;
 
-  explicit Hosted(const Attrs& attrs) {
+  abi::NodeState<Core> state;
+  bool constant_weights = false;  // every weight input is a constant initializer
+  abi::SameBytes seen;            // else: the weights compared with the previous call's
+
+  Hosted(const Attrs& attrs, const OrtKernelInfo* info) {
     typename Spec::OnnxAttrs a;
     Spec::Read(Reader{attrs}, &a);
-    const abi::Status s = Core::Read(a, &params);
+    abi::Status s = Core::Read(a, &params);
     if (!s.ok()) throw OpFailure(Spec::kName, s.arg, s.message);
+    s = state.Init(params);
+    if (!s.ok()) throw std::invalid_argument(abi::Describe(Spec::kName, s));
+    constexpr int from = abi::WeightsFrom<Core>();
+    constant_weights = from >= 0 && info;
+    for (int i = from; i < Spec::kNumInputs && constant_weights; ++i) {
+      int is_constant = 0;
+      const OrtValue* value = nullptr;
+      if (OrtStatus* st = g_api->KernelInfoGetConstantInput_tensor(info, i, &is_constant, &value)) {
+        g_api->ReleaseStatus(st);
+        is_constant = 0;
+      }
+      constant_weights = is_constant && value;
+    }
   }
 
   void compute(Ctx& ctx) override {
@@ -70,13 +89,15 @@ struct Hosted : Kernel {
       const std::vector<int64_t>& shape = out_shapes[i].d;
       out.push_back({ctx.output(i, shape), shape, type});
     }
-    Core::Compute(params, in, out, Pool(ctx));
+    constexpr int from = abi::WeightsFrom<Core>();
+    const bool same = from >= 0 && (constant_weights || seen.Check(in, from));
+    state.Compute(params, same, in, out, Pool(ctx));
   }
 };
 
 template <typename Core>
-Kernel* Create(const Attrs& attrs, const OrtKernelInfo*) {
-  return new Hosted<Core>(attrs);
+Kernel* Create(const Attrs& attrs, const OrtKernelInfo* info) {
+  return new Hosted<Core>(attrs, info);
 }
 
 template <typename Core>

@@ -1,6 +1,6 @@
 # CMake pieces the native libraries share (tf_ops/CMakeLists.txt,
 # onnx_plugins/native/CMakeLists.txt, litert/native/CMakeLists.txt): the
-# framework-free kernel cores, the CPU target and the oneDNN link.
+# framework-free kernel cores, Eigen's headers, the CPU target and the oneDNN link.
 
 # BRIDGE_KERNELS_DIR: the framework-free kernel cores (bridge/kernels), included
 # as "kernels/<name>.h". bridge/native.py passes it; the default is the one
@@ -25,6 +25,19 @@ function(bridge_use_kernels target)
     target_include_directories(${target} PRIVATE ${BRIDGE_OPS_GEN_DIR})
     target_compile_definitions(${target} PRIVATE BRIDGE_HAVE_CORES=1)
   endif()
+endfunction()
+
+# BRIDGE_EIGEN_INCLUDE: a folder holding Eigen/Core, for the libraries whose
+# framework does not bring Eigen (onnxruntime's, LiteRT's): YoloConvBnLeaky's GEMM
+# road (bridge/kernels/conv_gemm.h). bridge.native.eigen_include() finds one.
+set(BRIDGE_EIGEN_INCLUDE "" CACHE PATH "a folder with Eigen/Core (Debian libeigen3-dev: /usr/include/eigen3)")
+function(bridge_use_eigen target)
+  if(NOT EXISTS "${BRIDGE_EIGEN_INCLUDE}/Eigen/Core")
+    message(FATAL_ERROR "BRIDGE_EIGEN_INCLUDE=${BRIDGE_EIGEN_INCLUDE} has no Eigen/Core; the kernel cores need "
+      "Eigen's headers. Fix: apt-get install libeigen3-dev (or pip install tensorflow, whose headers carry Eigen), "
+      "or set BRIDGE_EIGEN_INCLUDE to a folder holding Eigen/Core")
+  endif()
+  target_include_directories(${target} SYSTEM PRIVATE ${BRIDGE_EIGEN_INCLUDE})
 endfunction()
 
 # BRIDGE_CPU_FLAGS: the instruction-set flags bridge/cpu_flags.py chose by what
