@@ -622,14 +622,16 @@ def export(source, output: str, *, mode: Optional[str] = None, opset: Optional[i
                         seconds=dict(progress.seconds), details=details)
 
 
-def _calibration_inputs(source, path) -> Dict[str, np.ndarray]:
-    """--calibration read for the model's inputs (names, ranks, fixed dims checked)."""
-    from bridge.parity.inputs import InputError
-    from bridge.parity.real_inputs import open_inputs
-    try:
-        return open_inputs(path, None, "--calibration").resolve(source.inputs)
-    except InputError as e:
-        raise OptionError(str(e)) from None
+def _calibration_inputs(source, calibration) -> Dict[str, np.ndarray]:
+    """--calibration as {input: array}: read by the caller (bridge.parity.verify.export
+    reads a DIR|FILE with parity's --inputs reader); every model input present."""
+    if not isinstance(calibration, Mapping):
+        raise OptionError(f"--calibration {calibration}: give the inputs read ({{input name: array}}); "
+                          f"bridge export and bridge.export read a DIR|FILE")
+    missing = [i.name for i in source.inputs if i.name not in calibration]
+    if missing:
+        raise OptionError(f"--calibration: no array for input {missing[0]!r}")
+    return {k: np.asarray(v) for k, v in calibration.items()}
 
 
 def _quantized(model, quantize: str, calibrated, progress: Progress, summary: List[str], details: dict):

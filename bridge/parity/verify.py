@@ -13,6 +13,7 @@ written. They never import this module (converters sit below parity).
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
@@ -279,4 +280,18 @@ def export(exporter, source, output: str, *, seed: int = 0, atol: Optional[float
            **options):
     """`exporter.export` (a bridge.converters.export_<to> module) with this verifier, as `bridge export` runs it."""
     verifier = Verifier(source, seed=seed, atol=atol) if verify else None
+    if options.get("quantize") == "static" and isinstance(options.get("calibration"), (str, os.PathLike)):
+        options["calibration"] = calibration_inputs(source, options["calibration"])
     return exporter.export(source, output, seed=seed, atol=atol, verify=verifier, **options)
+
+
+def calibration_inputs(source, path) -> Dict[str, np.ndarray]:
+    """`--calibration DIR|FILE` read for the model's inputs as `--inputs` is
+    (bridge.parity.real_inputs: names, ranks, fixed dims, finite values checked)."""
+    from bridge.exporting import OptionError
+    from bridge.parity.inputs import InputError
+    from bridge.parity.real_inputs import open_inputs
+    try:
+        return open_inputs(path, None, "--calibration").resolve(source.inputs)
+    except InputError as e:
+        raise OptionError(str(e)) from None
