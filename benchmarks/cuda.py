@@ -1,4 +1,4 @@
-"""CUDA kernel speeds (tf_ops/cuda through the C-ABI harness) against PyTorch,
+"""CUDA kernel speeds (the op folders' kernel.cuh through the C-ABI harness) against PyTorch,
 side by side in one run.
 
     python benchmarks/cuda.py [--repeat 30] [--inner 20] [--json] [--json-out FILE] [--quick]

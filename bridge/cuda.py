@@ -4,17 +4,17 @@
     k = cuda.harness()        # builds tf_ops/cuda_harness once (needs nvcc), loads it
     outputs = k.<op module>(*inputs, **attrs)    # e.g. the op's spec module name
 
-The kernels are the ones TensorFlow's GPU kernels run (tf_ops/cuda/*.cuh), behind
-the C ABI of tf_ops/cuda_harness (harness.cu, and each op's own <op module>.cu),
-called through ctypes with the arrays' device pointers. Outputs are new arrays of the inputs' kind, on their
+The kernels are the ones TensorFlow's GPU kernels run (each op folder's CUDA core,
+bridge/ops/<op module>/kernel.cuh), behind the C ABI of tf_ops/cuda_harness
+(harness.cu, and each op's own entry points), called through ctypes with the arrays' device pointers. Outputs are new arrays of the inputs' kind, on their
 device; the work is queued on the framework's current stream. Inputs are checked
 against the op's spec (bridge.ops) first, so bad shapes, attributes and dtypes
 raise the spec's OpError (a ValueError naming the op, the argument and the
 shapes); an array that is not on a CUDA device does too.
 
-What each op adds lives with the op, found by looking: its entry points are
-tf_ops/cuda_harness/<op module>.cu, and its companion <op module>.py beside it
-declares them (ENTRIES: the arguments after the device pointers, which come
+What each op adds lives in its op folder, found by looking: its entry points are
+bridge/ops/<op module>/cuda_harness.cu, and its companion cuda_harness.py beside
+it declares them (ENTRIES: the arguments after the device pointers, which come
 from the spec), the calls the harness gains (CALLS) and the roads `bridge cuda`
 checks (CHECKS). No list of ops is kept here.
 
@@ -345,7 +345,7 @@ class Entry:
 
 @dataclass(frozen=True)
 class Companion:
-    """What one op brings to the harness, from tf_ops/cuda_harness/<op module>.py."""
+    """What one op brings to the harness, from bridge/ops/<op module>/cuda_harness.py."""
     spec: object
     path: Path
     entries: Tuple[Entry, ...]
@@ -358,9 +358,11 @@ class Companion:
         return [PTR] * n + list(entry.scalars) + [PTR]
 
 
-def companions_dir() -> Path:
-    from bridge.native import _tf_ops_dir
-    return _tf_ops_dir() / "cuda_harness"
+def companion_path(spec) -> Optional[Path]:
+    """cuda_harness.py in the op's folder (bridge.ops.op_folder), None for an op without one."""
+    from bridge.native import HARNESS_COMPANION
+    folder = _specs.op_folder(spec)
+    return folder / HARNESS_COMPANION if folder is not None else None
 
 
 def _load_companion(spec, path: Path) -> Companion:
@@ -374,19 +376,13 @@ def _load_companion(spec, path: Path) -> Companion:
 
 
 @functools.lru_cache(maxsize=None)
-def _companions(folder: Path, names: Tuple[str, ...]) -> Tuple[Companion, ...]:
-    found = []
-    for name in names:
-        spec = _specs.get(name)
-        path = folder / f"{spec.module}.py"
-        if path.is_file():
-            found.append(_load_companion(spec, path))
-    return tuple(found)
+def _companions(paths: Tuple[Tuple[str, Optional[Path]], ...]) -> Tuple[Companion, ...]:
+    return tuple(_load_companion(_specs.get(name), path) for name, path in paths if path and path.is_file())
 
 
 def companions() -> Tuple[Companion, ...]:
-    """The ops with CUDA kernels: every spec whose module has a companion file."""
-    return _companions(companions_dir(), tuple(s.name for s in _specs.all_specs()))
+    """The ops with CUDA kernels: every spec whose op folder has a companion file."""
+    return _companions(tuple((s.name, companion_path(s)) for s in _specs.all_specs()))
 
 
 def companion(op: str) -> Companion:
@@ -394,7 +390,7 @@ def companion(op: str) -> Companion:
     for c in companions():
         if c.spec is spec:
             return c
-    raise KeyError(f"{spec.name} has no CUDA kernels (no {companions_dir() / (spec.module + '.py')})")
+    raise KeyError(f"{spec.name} has no CUDA kernels (no {companion_path(spec) or 'op folder'})")
 
 
 class Harness:

@@ -7,7 +7,7 @@ odd sizes, empty, large H, large means, SAME with an odd pad), runs one kernel
 road at one dtype, and measures the largest error as a fraction of the
 allowed one (docs/ops.md's bound for the op and dtype, or a bound the op's check
 derives from it). A kernel failure is a row too, never an exception. The roads
-are the ops' own: CHECKS in each op's companion (tf_ops/cuda_harness/<op>.py).
+are the ops' own: CHECKS in each op's companion (bridge/ops/<op>/cuda_harness.py).
 """
 from __future__ import annotations
 

@@ -450,13 +450,13 @@ def tf_ops_build(cuda: bool = False, portable: Optional[bool] = None) -> Build:
         "BRIDGE_CUDA": "ON" if cuda else "OFF",
     }
     if cuda:
-        options.update(cuda_options())
+        options.update(tf_gpu_options())
     dnnl = onednn_root()
     if dnnl:
         options["BRIDGE_DNNL_ROOT"] = str(dnnl)
     kernels = _package_dir("bridge") / "kernels"  # the framework-free cores, shared with ort_build
     options["BRIDGE_KERNELS_DIR"] = str(kernels)
-    extra = _with_cores(options, sorted(kernels.glob("*.h")))
+    extra = _with_cores(options, sorted(kernels.glob("*.h")) + (cuda_core_files(TF_GPU_SOURCE) if cuda else []))
     return Build(name="tf_ops", source_dir=_package_dir("bridge.tf_ops"), binds_to=f"tf{tf.__version__}",
                  target_file="libbridge_tf_ops.so", options=options, extra_sources=extra,
                  describe=f"the TensorFlow ops for TensorFlow {tf.__version__}",
@@ -808,6 +808,48 @@ def cuda_options() -> Dict[str, str]:
             "BRIDGE_CUBLAS_INCLUDE": str(cublas_include(nvcc))}
 
 
+# What an op folder's CUDA core holds (bridge/ops/<module>/): the kernels (kernel.cuh,
+# and any other .cuh they include), the TensorFlow GPU kernels, the harness's C entry
+# points and their Python companion (bridge/cuda.py reads it).
+CUDA_CORE = "kernel.cuh"
+TF_GPU_SOURCE = "tf_gpu.cu.cc"
+HARNESS_SOURCE = "cuda_harness.cu"
+HARNESS_COMPANION = "cuda_harness.py"
+
+
+def cuda_cores() -> List[Tuple[object, Path]]:
+    """(spec, folder) of every built-in op whose folder (bridge.ops.op_folder:
+    bridge/ops/<module>/) holds a CUDA core, kernel.cuh: the ops the CUDA hosts
+    (TensorFlow's GPU build, the harness, the emulator) serve."""
+    from bridge import ops
+    folders = [(spec, ops.op_folder(spec)) for spec in ops.all_specs()]
+    return [(spec, folder) for spec, folder in folders if folder is not None and (folder / CUDA_CORE).is_file()]
+
+
+def cuda_sources(name: str) -> List[Path]:
+    """The file `name` (TF_GPU_SOURCE, HARNESS_SOURCE) of every CUDA core that has one."""
+    return [folder / name for _, folder in cuda_cores() if (folder / name).is_file()]
+
+
+def cuda_core_files(source: str) -> List[Path]:
+    """The CUDA cores' kernels (every .cuh of their folders) and their file `source`:
+    what the key of a CUDA build from those sources covers."""
+    return sorted(p for _, folder in cuda_cores() for p in folder.glob("*.cuh")) + cuda_sources(source)
+
+
+def _cmake_list(paths: Iterable[Path]) -> str:
+    paths = [str(p) for p in paths]
+    bad = [p for p in paths if ";" in p]
+    if bad:  # CMake would split the list there
+        raise BuildError(f"a CUDA source's path cannot contain ';': {bad[0]}")
+    return ";".join(paths)
+
+
+def tf_gpu_options() -> Dict[str, str]:
+    """cuda_options() and the TensorFlow GPU kernels of the CUDA cores (BRIDGE_TF_GPU_SOURCES)."""
+    return {**cuda_options(), "BRIDGE_TF_GPU_SOURCES": _cmake_list(cuda_sources(TF_GPU_SOURCE))}
+
+
 def _tf_ops_dir() -> Path:
     """tf_ops/, also where the project is not installed (a bare checkout on a GPU
     machine without TensorFlow)."""
@@ -818,13 +860,14 @@ def _tf_ops_dir() -> Path:
 
 
 def cuda_harness_build() -> Build:
-    """The CUDA kernels behind a C ABI (tf_ops/cuda_harness), bound to the CUDA
-    release of nvcc. Needs no TensorFlow. Portable: it has no host-CPU flags."""
-    options = cuda_options()
+    """The CUDA cores' kernels behind a C ABI (tf_ops/cuda_harness/harness.cu and
+    each core's cuda_harness.cu), bound to the CUDA release of nvcc. Needs no
+    TensorFlow. Portable: it has no host-CPU flags."""
+    options = {**cuda_options(), "BRIDGE_HARNESS_SOURCES": _cmake_list(cuda_sources(HARNESS_SOURCE))}
     source = _tf_ops_dir() / "cuda_harness"
     return Build(name="cuda_harness", source_dir=source, binds_to=f"cuda{nvcc_version(options['CMAKE_CUDA_COMPILER'])}",
                  target_file="libbridge_cuda_harness.so", options=options, portable=True,
-                 extra_sources=sorted((source.parent / "cuda").glob("*")),
+                 extra_sources=sorted((source.parent / "cuda").glob("*")) + cuda_core_files(HARNESS_SOURCE),
                  describe="the CUDA kernel harness")
 
 
@@ -864,8 +907,9 @@ def cuda_emulator_build() -> Build:
         version = f"{v // 1000}.{v % 1000 // 10}"
     return Build(name="cuda_emulator", source_dir=source, binds_to=f"cuda{version}-headers",
                  target_file="libbridge_cuda_emulator.so",
-                 options={"BRIDGE_CUDA_INCLUDE": str(include), "BRIDGE_CUBLAS_INCLUDE": str(cublas_include())},
+                 options={"BRIDGE_CUDA_INCLUDE": str(include), "BRIDGE_CUBLAS_INCLUDE": str(cublas_include()),
+                          "BRIDGE_HARNESS_SOURCES": _cmake_list(cuda_sources(HARNESS_SOURCE))},
                  portable=True,
                  extra_sources=sorted((source.parent / "cuda").glob("*"))
-                 + sorted((source.parent / "cuda_harness").glob("*.cu*")),  # harness.cu(h) and each op's .cu
+                 + sorted((source.parent / "cuda_harness").glob("*.cu*")) + cuda_core_files(HARNESS_SOURCE),
                  describe="the CUDA kernels for the CPU emulator")

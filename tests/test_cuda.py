@@ -1,5 +1,6 @@
-"""The CUDA kernels (tf_ops/cuda/*.cuh) through the C-ABI harness (bridge.cuda),
-against the numpy float64 references of bridge.ops.
+"""The CUDA kernels (each op folder's CUDA core, bridge/ops/<op>/kernel.cuh)
+through the C-ABI harness (bridge.cuda), against the numpy float64 references of
+bridge.ops.
 
 What runs everywhere: the harness and the TensorFlow GPU kernels compile with
 nvcc (skipped, with the reason, where nvcc is absent), the geometry handed to the
@@ -117,8 +118,9 @@ def _c_abi_refuses_bad_calls(k):
 
 
 def _compile_tf_gpu_kernels(nvcc, tmp_path):
-    """nvcc on tf_ops/*.cu.cc with TensorFlow's flags, the include shim of
-    tf_ops/CMakeLists.txt and GOOGLE_CUDA=1. None (after a skip message) without TF."""
+    """nvcc on each CUDA core's tf_gpu.cu.cc (bridge.native.cuda_sources) with
+    TensorFlow's flags, the include shim and paths of tf_ops/CMakeLists.txt and
+    GOOGLE_CUDA=1. None (after a skip message) without TF."""
     try:
         import importlib.util
         if importlib.util.find_spec("tensorflow") is None:
@@ -133,12 +135,12 @@ def _compile_tf_gpu_kernels(nvcc, tmp_path):
     shim = tmp_path / "shim" / "third_party" / "gpus" / "cuda"
     shim.mkdir(parents=True)
     (shim / "include").symlink_to(include)
-    sources = sorted((ROOT / "tf_ops").glob("*.cu.cc"))
-    assert len(sources) == len(specs.all_specs()), [s.name for s in sources]
+    sources = native.cuda_sources(native.TF_GPU_SOURCE)
+    assert len(sources) == len(specs.all_specs()), [str(s) for s in sources]
     unity = tmp_path / "tf_gpu_kernels.cu.cc"
     unity.write_text("".join(f'#include "{s}"\n' for s in sources))
     cmd = [nvcc, "-x", "cu", "-std=c++17", "-O0", "--expt-relaxed-constexpr", "-arch=sm_90", "-DGOOGLE_CUDA=1",
-           "-Xcompiler", "-fPIC", f"-I{tmp_path / 'shim'}", f"-I{ROOT / 'tf_ops'}"]
+           "-Xcompiler", "-fPIC", f"-I{tmp_path / 'shim'}", f"-I{ROOT / 'tf_ops'}", f"-I{ROOT / 'tf_ops' / 'cuda'}"]
     for f in flags:
         if f.startswith("-I"):
             cmd += ["-isystem", f[2:]]
@@ -509,20 +511,22 @@ def test_emulator_reductions_agree_whatever_warp_order(rng, shape, mode):
         assert np.array_equal(results[0], again)
 
 
-# Faults planted in a copy of the kernels, each one the emulator must expose. The
-# faults of one library touch different kernels or roads, so they do not mask
-# each other; the divergent shuffle breaks every reduction and gets its own.
+# Faults planted in a copy of the kernels (paths below tf_ops/cuda/, or below the
+# op folders as ops/<op>/...), each one the emulator must expose. The faults of
+# one library touch different kernels or roads, so they do not mask each other;
+# the divergent shuffle breaks every reduction and gets its own.
 PLANTED = {
     "races": [
         # GroupSum's leading barrier: a fast warp overwrites the block's partial
         # sums while a slow one still reads the previous reduction's (block road).
         ("common.cuh", "  __syncthreads();\n  if (lane == 0) scratch[warp] = v;", "  if (lane == 0) scratch[warp] = v;"),
         # The plan trusting any pointer to be 16-byte aligned (vector road).
-        ("fused_layer_norm.cuh", "for (const void* q : pointers) aligned = aligned && Aligned(q, 16);", ""),
+        ("ops/fused_layer_norm/kernel.cuh", "for (const void* q : pointers) aligned = aligned && Aligned(q, 16);", ""),
         # The tensor-core gather trusting x to be 16-byte aligned.
-        ("conv_tensor_cores.cuh", "g.cin % V == 0 && Aligned(x, 16)", "g.cin % V == 0"),
+        ("ops/yolo_conv_bn_leaky/tensor_cores.cuh", "g.cin % V == 0 && Aligned(x, 16)", "g.cin % V == 0"),
         # A class probability written one place further on: the last one lands past the end.
-        ("yolo_decode.cuh", "class_probs[row * p.num_classes + (k - 5)]", "class_probs[row * p.num_classes + (k - 4)]"),
+        ("ops/yolo_decode/kernel.cuh", "class_probs[row * p.num_classes + (k - 5)]",
+         "class_probs[row * p.num_classes + (k - 4)]"),
     ],
     # Half a warp skipping a full-mask shuffle: a hang on a GPU.
     "divergence": [("common.cuh", "v += __shfl_xor_sync(0xffffffffu, v, offset);",
@@ -533,23 +537,28 @@ PLANTED = {
 @pytest.fixture(scope="module")
 def planted(tmp_path_factory):
     """One emulator library per entry of PLANTED, built in parallel from a copy
-    of tf_ops/ with the faults written in."""
+    of tf_ops/'s CUDA folders and of the op folders' CUDA cores with the faults
+    written in."""
     _emulator_or_skip()  # the real one builds: the headers and compiler are here
     jobs = []
     for name, faults in PLANTED.items():
         root = tmp_path_factory.mktemp(name)
         for folder in ("cuda", "cuda_harness", "cuda_emulator"):
             shutil.copytree(ROOT / "tf_ops" / folder, root / folder)
+        for _, core in native.cuda_cores():
+            shutil.copytree(core, root / "ops" / core.name)
         for file, old, new in faults:
-            target = root / "cuda" / file
+            target = root / file if file.startswith("ops/") else root / "cuda" / file
             text = target.read_text()
             assert text.count(old) == 1, f"the planted fault no longer matches {file}: {old!r}"
             target.write_text(text.replace(old, new))
         lib = root / "libplanted.so"
         em = root / "cuda_emulator"
         on_cpu = []  # what cuda_emulator/CMakeLists.txt writes: each harness file after emulator.h
-        for source in sorted((root / "cuda_harness").glob("*.cu")):
-            on_cpu.append(root / f"on_cpu_{source.stem}.cc")
+        harness_files = [root / "cuda_harness" / "harness.cu"] + [
+            root / "ops" / core.name / native.HARNESS_SOURCE for _, core in native.cuda_cores()]
+        for source in harness_files:
+            on_cpu.append(root / f"on_cpu_{source.parent.name}_{source.stem}.cc")
             on_cpu[-1].write_text(f'#include "emulator.h"\n#include "{source}"\n')
         cmd = [native.cxx_compiler(), "-std=c++17", "-O1", "-w", "-fPIC", "-shared", f"-I{em}", f"-I{root / 'cuda'}",
                f"-I{root / 'cuda_harness'}", "-isystem", str(native.cuda_headers()), "-isystem",

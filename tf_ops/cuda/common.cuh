@@ -1,5 +1,5 @@
-// Device helpers shared by the CUDA kernels of every wrapper (the TensorFlow GPU
-// kernels in tf_ops/*.cu.cc and the C-ABI harness in tf_ops/cuda_harness/).
+// Device helpers shared by the CUDA kernels of every op folder (bridge/ops/<op>/kernel.cuh)
+// and every host (their TensorFlow GPU kernels, tf_gpu.cu.cc, and the C-ABI harness).
 //
 //   bridge_cuda::Status                  an error message, empty when all went well
 //   Check(cudaError_t, what)             a CUDA error as a Status naming what failed

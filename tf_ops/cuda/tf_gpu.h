@@ -1,4 +1,4 @@
-// What the TensorFlow GPU kernels (tf_ops/*.cu.cc) share: the op's own shape
+// What the TensorFlow GPU kernels (bridge/ops/<op>/tf_gpu.cu.cc) share: the op's own shape
 // function as the input checker, the op's CUDA stream, scratch memory, and the
 // CUDA side's Status as TensorFlow's.
 //

@@ -1,4 +1,4 @@
-// The CUDA execution model on the CPU, for the kernels of tf_ops/cuda/ compiled
+// The CUDA execution model on the CPU, for the ops' CUDA cores compiled
 // as plain C++ (no GPU, no nvcc): included first in each C++ unit of the harness
 // (CMakeLists.txt here), so every kernel, launch and runtime call of the C-ABI
 // harness runs here, on host memory.

@@ -1,7 +1,8 @@
 // The ops' CUDA kernels behind a C ABI, for any framework's device pointers
 // (bridge/cuda.py drives it with PyTorch or CuPy through ctypes): what the
 // entry points share (harness.cuh), and the ABI's own two. Each op's entry points
-// are its own file here, <op module>.cu, found by CMake.
+// are its op folder's cuda_harness.cu (bridge/ops/<op module>/), found by
+// bridge.native.cuda_cores() and handed to CMake.
 //
 // Scratch memory comes from the device's default stream-ordered pool
 // (cudaMallocAsync), which this library tells to keep freed memory for reuse;

@@ -1,7 +1,7 @@
 // What every op's entry points in this folder share (harness.cu defines it):
 // the per-thread error message, running on the device of a pointer, and
-// stream-ordered scratch memory. Each op's entry points are one file here,
-// <op module>.cu, next to its Python companion <op module>.py (bridge/cuda.py).
+// stream-ordered scratch memory. Each op's entry points are its op folder's
+// cuda_harness.cu, next to its Python companion cuda_harness.py (bridge/cuda.py).
 //
 // Every entry point returns 0 on success, else non-zero with the reason in
 // bridge_cuda_last_error() (per thread). Pointers are device memory, contiguous,

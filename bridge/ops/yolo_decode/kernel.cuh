@@ -1,12 +1,12 @@
 // YoloDecode on CUDA (contract: shared/ops.md), shared by the TensorFlow GPU
-// kernel (tf_ops/yolo_decode.cu.cc) and the C-ABI harness.
+// kernel (tf_gpu.cu.cc here) and the C-ABI harness (cuda_harness.cu).
 //
 // Elementwise and one pass: one thread per input value (cell, anchor, channel),
 // so the reads of `raw` are coalesced; each thread writes its value to the one
 // output it belongs to (box coordinate, objectness or class probability).
 // The anchors travel in the kernel's parameters, which caps A at kMaxAnchors.
-#ifndef BRIDGE_TF_OPS_CUDA_YOLO_DECODE_CUH_
-#define BRIDGE_TF_OPS_CUDA_YOLO_DECODE_CUH_
+#ifndef BRIDGE_OPS_YOLO_DECODE_KERNEL_CUH_
+#define BRIDGE_OPS_YOLO_DECODE_KERNEL_CUH_
 
 #include <string>
 
@@ -92,4 +92,4 @@ Status Decode(const T* raw, T* boxes, T* objectness, T* class_probs, int64_t n, 
 }  // namespace yolo_decode
 }  // namespace bridge_cuda
 
-#endif  // BRIDGE_TF_OPS_CUDA_YOLO_DECODE_CUH_
+#endif  // BRIDGE_OPS_YOLO_DECODE_KERNEL_CUH_

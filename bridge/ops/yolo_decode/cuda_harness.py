@@ -1,5 +1,5 @@
 """YoloDecode on the CUDA harness (bridge.cuda): its C entry points in
-yolo_decode.cu, the call the harness gains, and the road `bridge cuda` checks.
+cuda_harness.cu beside it, the call the harness gains, and the road `bridge cuda` checks.
 
     boxes, objectness, class_probs = k.yolo_decode(raw, anchors=[...], num_classes=80, stride=32)
 """

@@ -1,7 +1,7 @@
-// YoloDecode's entry points: the C side of yolo_decode.py.
+// YoloDecode's entry points: the C side of cuda_harness.py beside it.
 #include "harness.cuh"
 
-#include "yolo_decode.cuh"
+#include "kernel.cuh"
 
 namespace bridge_harness {
 namespace {

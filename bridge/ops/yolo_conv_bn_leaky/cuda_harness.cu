@@ -1,7 +1,7 @@
-// YoloConvBnLeaky's entry points: the C side of yolo_conv_bn_leaky.py.
+// YoloConvBnLeaky's entry points: the C side of cuda_harness.py beside it.
 #include "harness.cuh"
 
-#include "yolo_conv_bn_leaky.cuh"
+#include "kernel.cuh"
 
 namespace bridge_harness {
 namespace {

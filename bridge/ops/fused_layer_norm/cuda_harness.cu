@@ -1,7 +1,7 @@
-// FusedLayerNorm's entry points (forward and backward): the C side of fused_layer_norm.py.
+// FusedLayerNorm's entry points (forward and backward): the C side of cuda_harness.py beside it.
 #include "harness.cuh"
 
-#include "fused_layer_norm.cuh"
+#include "kernel.cuh"
 
 namespace bridge_harness {
 namespace {

@@ -1,13 +1,13 @@
 // YoloConvBnLeaky's TensorFlow GPU kernel (built with `bridge build --cuda`): the
-// fold, im2col, cuBLASLt product and LeakyReLU of cuda/yolo_conv_bn_leaky.cuh on
-// the op's stream. The op, its shape function and CPU kernel are in
-// yolo_conv_bn_leaky.cc.
+// fold, im2col, cuBLASLt product and LeakyReLU of kernel.cuh (beside it) on
+// the op's stream. The op, its shape function and CPU kernel: tf_ops/ (the GPU
+// kernel checks inputs with the shape function registered there, tf_gpu.h).
 //
 // Limits: cuBLASLt is loaded at run time (TensorFlow's own libcublasLt when it has
 // one) with a handle of ours per device, not TensorFlow's; products are full
 // float32 (TF32 off) unless BRIDGE_ALLOW_TF32=1 is in the environment when the
 // kernel is constructed; BRIDGE_CONV_TENSOR_CORES=1 there picks the implicit GEMM
-// on tensor cores (conv_tensor_cores.cuh) for float16 and TF32; scratch (folded
+// on tensor cores (tensor_cores.cuh) for float16 and TF32; scratch (folded
 // filter, one im2col chunk of <= 64 MiB, 32 MiB for cuBLASLt) comes from
 // TensorFlow's allocator per call.
 #if GOOGLE_CUDA
@@ -16,8 +16,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "cuda/tf_gpu.h"
-#include "cuda/yolo_conv_bn_leaky.cuh"
+#include "tf_gpu.h"
+#include "kernel.cuh"
 
 namespace bridge_gpu {
 namespace {

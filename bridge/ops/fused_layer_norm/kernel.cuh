@@ -1,5 +1,5 @@
 // FusedLayerNorm on CUDA (contract: shared/ops.md), shared by the TensorFlow GPU
-// kernel (tf_ops/fused_layer_norm.cu.cc) and the C-ABI harness.
+// kernel (tf_gpu.cu.cc here) and the C-ABI harness (cuda_harness.cu).
 //
 // Forward: one row per warp (H up to 256 vectors) or per block (up to 2048
 // vectors: H <= 8192 in float32, 16384 in float16), the row held in registers so memory is read once: mean, then the sum
@@ -12,8 +12,8 @@
 // Backward: dx per row (mean and rstd recomputed, saved for the next step), then
 // dgamma/dbeta as per-slice column sums into a workspace and a second kernel that
 // adds the slices in a fixed order, so the result is the same on every run.
-#ifndef BRIDGE_TF_OPS_CUDA_FUSED_LAYER_NORM_CUH_
-#define BRIDGE_TF_OPS_CUDA_FUSED_LAYER_NORM_CUH_
+#ifndef BRIDGE_OPS_FUSED_LAYER_NORM_KERNEL_CUH_
+#define BRIDGE_OPS_FUSED_LAYER_NORM_KERNEL_CUH_
 
 #include <initializer_list>
 #include <string>
@@ -454,4 +454,4 @@ Status Backward(const T* dy, const T* x, const T* gamma, T* dx, T* dgamma, T* db
 }  // namespace layer_norm
 }  // namespace bridge_cuda
 
-#endif  // BRIDGE_TF_OPS_CUDA_FUSED_LAYER_NORM_CUH_
+#endif  // BRIDGE_OPS_FUSED_LAYER_NORM_KERNEL_CUH_

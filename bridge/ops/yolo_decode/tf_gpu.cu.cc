@@ -1,5 +1,5 @@
 // YoloDecode's TensorFlow GPU kernel (built with `bridge build --cuda`): the
-// kernel of cuda/yolo_decode.cuh on the op's stream. The op, its shape function
+// kernel of kernel.cuh (beside it) on the op's stream. The op, its shape function
 // and CPU kernel: the core bridge/ops/yolo_decode/kernel.h through host.cc. The
 // CUDA kernel takes at most bridge_cuda::yolo_decode::kMaxAnchors anchors (YOLO
 // heads use 3).
@@ -8,8 +8,8 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
-#include "cuda/tf_gpu.h"
-#include "cuda/yolo_decode.cuh"
+#include "tf_gpu.h"
+#include "kernel.cuh"
 
 namespace bridge_gpu {
 namespace {

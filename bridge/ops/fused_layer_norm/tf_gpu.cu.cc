@@ -1,12 +1,12 @@
 // FusedLayerNorm's TensorFlow GPU kernels (built with `bridge build --cuda`): the
-// forward and backward kernels of cuda/fused_layer_norm.cuh on the op's stream.
+// forward and backward kernels of kernel.cuh (beside it) on the op's stream.
 // The ops (FusedLayerNorm, FusedLayerNormGrad), their shape functions and CPU
 // kernels: the core bridge/ops/fused_layer_norm/kernel.h through host.cc, and
-// fused_layer_norm_grad.cc; fused_layer_norm_op.py wires the gradient.
+// tf_ops/fused_layer_norm_grad.cc; tf_ops/fused_layer_norm_op.py wires the gradient.
 #if GOOGLE_CUDA
 
-#include "cuda/fused_layer_norm.cuh"
-#include "cuda/tf_gpu.h"
+#include "kernel.cuh"
+#include "tf_gpu.h"
 
 namespace bridge_gpu {
 namespace {
@@ -40,7 +40,7 @@ class FusedLayerNormGpuOp : public tensorflow::OpKernel {
   float epsilon_ = 0.0f;
 };
 
-// FusedLayerNormGrad: the backward kernels of cuda/fused_layer_norm.cuh (dx per
+// FusedLayerNormGrad: the backward kernels of kernel.cuh (dx per
 // row; dgamma/dbeta in a fixed order, so every run gives the same sums).
 template <typename T>
 class FusedLayerNormGradGpuOp : public tensorflow::OpKernel {

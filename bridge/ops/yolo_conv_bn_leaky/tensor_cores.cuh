@@ -9,8 +9,8 @@
 // One block computes a 128-pixel x 64-channel tile of Y[M, Cout] with 8 warps,
 // stepping through K in slices of 32: the next slice is gathered into registers
 // (16-byte loads where Cin and Cout allow) while the current one is multiplied.
-#ifndef BRIDGE_TF_OPS_CUDA_CONV_TENSOR_CORES_CUH_
-#define BRIDGE_TF_OPS_CUDA_CONV_TENSOR_CORES_CUH_
+#ifndef BRIDGE_OPS_YOLO_CONV_BN_LEAKY_TENSOR_CORES_CUH_
+#define BRIDGE_OPS_YOLO_CONV_BN_LEAKY_TENSOR_CORES_CUH_
 
 #include <mma.h>
 
@@ -266,4 +266,4 @@ Status ImplicitGemm(const T* x, const T* w, const float* bias, T* y, const G& g,
 }  // namespace conv
 }  // namespace bridge_cuda
 
-#endif  // BRIDGE_TF_OPS_CUDA_CONV_TENSOR_CORES_CUH_
+#endif  // BRIDGE_OPS_YOLO_CONV_BN_LEAKY_TENSOR_CORES_CUH_

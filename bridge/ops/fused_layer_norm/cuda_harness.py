@@ -1,5 +1,5 @@
 """FusedLayerNorm on the CUDA harness (bridge.cuda): its C entry points in
-fused_layer_norm.cu, the calls the harness gains, and the roads `bridge cuda` checks.
+cuda_harness.cu beside it, the calls the harness gains, and the roads `bridge cuda` checks.
 
     y = k.fused_layer_norm(x, gamma, beta, epsilon=1e-6)
     dx, dgamma, dbeta = k.fused_layer_norm_backward(dy, x, gamma, epsilon=1e-6)

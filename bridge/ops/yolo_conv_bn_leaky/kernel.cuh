@@ -1,5 +1,5 @@
 // YoloConvBnLeaky on CUDA (contract: shared/ops.md), shared by the TensorFlow GPU
-// kernel (tf_ops/yolo_conv_bn_leaky.cu.cc) and the C-ABI harness.
+// kernel (tf_gpu.cu.cc here) and the C-ABI harness (cuda_harness.cu).
 //
 //   1. fold:   W'[..., o] = filter[..., o] * s[o], b'[o] = (conv_bias[o] - mean[o]) * s[o] + beta[o],
 //              s = gamma / sqrt(variance + epsilon); one small kernel, every call
@@ -18,15 +18,15 @@
 // row-major cols a column-major K x M one, so Y^T = W'^T * cols^T needs no transpose.
 //
 // With kTensorCores (float16, or float32 with TF32 allowed) steps 2-4 are one
-// implicit-GEMM kernel on tensor cores instead (conv_tensor_cores.cuh).
-#ifndef BRIDGE_TF_OPS_CUDA_YOLO_CONV_BN_LEAKY_CUH_
-#define BRIDGE_TF_OPS_CUDA_YOLO_CONV_BN_LEAKY_CUH_
+// implicit-GEMM kernel on tensor cores instead (tensor_cores.cuh).
+#ifndef BRIDGE_OPS_YOLO_CONV_BN_LEAKY_KERNEL_CUH_
+#define BRIDGE_OPS_YOLO_CONV_BN_LEAKY_KERNEL_CUH_
 
 #include <string>
 #include <type_traits>
 
 #include "common.cuh"
-#include "conv_tensor_cores.cuh"
+#include "tensor_cores.cuh"
 #include "cublaslt.cuh"
 
 namespace bridge_cuda {
@@ -38,7 +38,7 @@ constexpr size_t kGemmWorkspaceBytes = size_t(32) << 20;
 enum Flags : int {
   kAllowTf32 = 1,    // float32 products in TF32 (faster, ~1e-3 relative error)
   kNoEpilogue = 2,   // add b' in the LeakyReLU pass instead of cuBLASLt's epilogue
-  kTensorCores = 4,  // the implicit GEMM on tensor cores (conv_tensor_cores.cuh) where it
+  kTensorCores = 4,  // the implicit GEMM on tensor cores (tensor_cores.cuh) where it
                      // applies: float16, and float32 with kAllowTf32
 };
 
@@ -246,4 +246,4 @@ Status ConvBnLeaky(const T* x, const T* filter, const T* conv_bias, const T* bn_
 }  // namespace conv
 }  // namespace bridge_cuda
 
-#endif  // BRIDGE_TF_OPS_CUDA_YOLO_CONV_BN_LEAKY_CUH_
+#endif  // BRIDGE_OPS_YOLO_CONV_BN_LEAKY_KERNEL_CUH_

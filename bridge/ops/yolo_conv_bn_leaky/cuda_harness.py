@@ -1,5 +1,5 @@
 """YoloConvBnLeaky on the CUDA harness (bridge.cuda): its C entry points in
-yolo_conv_bn_leaky.cu, the call the harness gains, and the roads `bridge cuda` checks.
+cuda_harness.cu beside it, the call the harness gains, and the roads `bridge cuda` checks.
 
     y = k.yolo_conv_bn_leaky(x, filter, conv_bias, bn_gamma, bn_beta, bn_mean, bn_variance,
                              strides=[1, 2, 2, 1], padding="SAME", allow_tf32=False)
@@ -13,7 +13,7 @@ from bridge.cuda import F32, I64, I64_ARRAY, INT, Call, Entry, numel, preload_cu
 from bridge.ops.yolo_conv_bn_leaky import tf32_error_bound
 
 OP = "YoloConvBnLeaky"
-# harness flags (tf_ops/cuda/yolo_conv_bn_leaky.cuh)
+# harness flags (kernel.cuh beside this file)
 ALLOW_TF32 = 1
 NO_EPILOGUE = 2
 TENSOR_CORES = 4
