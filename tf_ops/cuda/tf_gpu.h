@@ -114,4 +114,11 @@ typename DeviceType<T>::type* Dev(tensorflow::Tensor* t) {
 
 }  // namespace bridge_gpu
 
+// Registers Kernel<float> and Kernel<Eigen::half> as op `name`'s GPU kernels: T is
+// float32 or float16 for every bridge op.
+#define BRIDGE_REGISTER_GPU_KERNELS(name, Kernel)                                                          \
+  REGISTER_KERNEL_BUILDER(Name(name).Device(tensorflow::DEVICE_GPU).TypeConstraint<float>("T"), Kernel<float>); \
+  REGISTER_KERNEL_BUILDER(Name(name).Device(tensorflow::DEVICE_GPU).TypeConstraint<Eigen::half>("T"),         \
+                          Kernel<Eigen::half>)
+
 #endif  // BRIDGE_TF_OPS_CUDA_TF_GPU_H_

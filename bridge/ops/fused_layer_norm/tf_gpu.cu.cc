@@ -78,13 +78,7 @@ class FusedLayerNormGradGpuOp : public tensorflow::OpKernel {
 }  // namespace
 }  // namespace bridge_gpu
 
-REGISTER_KERNEL_BUILDER(Name("FusedLayerNormGrad").Device(tensorflow::DEVICE_GPU).TypeConstraint<float>("T"),
-                        bridge_gpu::FusedLayerNormGradGpuOp<float>);
-REGISTER_KERNEL_BUILDER(Name("FusedLayerNormGrad").Device(tensorflow::DEVICE_GPU).TypeConstraint<Eigen::half>("T"),
-                        bridge_gpu::FusedLayerNormGradGpuOp<Eigen::half>);
-REGISTER_KERNEL_BUILDER(Name("FusedLayerNorm").Device(tensorflow::DEVICE_GPU).TypeConstraint<float>("T"),
-                        bridge_gpu::FusedLayerNormGpuOp<float>);
-REGISTER_KERNEL_BUILDER(Name("FusedLayerNorm").Device(tensorflow::DEVICE_GPU).TypeConstraint<Eigen::half>("T"),
-                        bridge_gpu::FusedLayerNormGpuOp<Eigen::half>);
+BRIDGE_REGISTER_GPU_KERNELS("FusedLayerNormGrad", bridge_gpu::FusedLayerNormGradGpuOp);
+BRIDGE_REGISTER_GPU_KERNELS("FusedLayerNorm", bridge_gpu::FusedLayerNormGpuOp);
 
 #endif  // GOOGLE_CUDA

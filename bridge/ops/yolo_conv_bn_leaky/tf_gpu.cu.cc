@@ -85,9 +85,6 @@ class YoloConvBnLeakyGpuOp : public tensorflow::OpKernel {
 }  // namespace
 }  // namespace bridge_gpu
 
-REGISTER_KERNEL_BUILDER(Name("YoloConvBnLeaky").Device(tensorflow::DEVICE_GPU).TypeConstraint<float>("T"),
-                        bridge_gpu::YoloConvBnLeakyGpuOp<float>);
-REGISTER_KERNEL_BUILDER(Name("YoloConvBnLeaky").Device(tensorflow::DEVICE_GPU).TypeConstraint<Eigen::half>("T"),
-                        bridge_gpu::YoloConvBnLeakyGpuOp<Eigen::half>);
+BRIDGE_REGISTER_GPU_KERNELS("YoloConvBnLeaky", bridge_gpu::YoloConvBnLeakyGpuOp);
 
 #endif  // GOOGLE_CUDA

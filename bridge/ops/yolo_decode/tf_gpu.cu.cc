@@ -54,9 +54,6 @@ class YoloDecodeGpuOp : public tensorflow::OpKernel {
 }  // namespace
 }  // namespace bridge_gpu
 
-REGISTER_KERNEL_BUILDER(Name("YoloDecode").Device(tensorflow::DEVICE_GPU).TypeConstraint<float>("T"),
-                        bridge_gpu::YoloDecodeGpuOp<float>);
-REGISTER_KERNEL_BUILDER(Name("YoloDecode").Device(tensorflow::DEVICE_GPU).TypeConstraint<Eigen::half>("T"),
-                        bridge_gpu::YoloDecodeGpuOp<Eigen::half>);
+BRIDGE_REGISTER_GPU_KERNELS("YoloDecode", bridge_gpu::YoloDecodeGpuOp);
 
 #endif  // GOOGLE_CUDA
