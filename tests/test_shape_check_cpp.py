@@ -61,15 +61,23 @@ def _line(spec, shapes, attrs) -> str:
     return " ".join(words)
 
 
-def _reader(spec) -> str:
-    """The driver's branch for one op: read its attributes, then its inputs, then check."""
+def _attr_reads(attrs) -> list:
+    """C++ reading each attribute into `a.<name>` from `in`, in the lines' format."""
     reads = []
-    for a in spec.onnx_attrs:
-        if a.is_list:
+    for a in attrs:
+        if a.type == "string":
+            reads.append(f"  in >> a.{a.name};")
+        elif a.is_list:
             reads.append(f"  a.{a.name}.clear();\n  {{ size_t n; in >> n; for (size_t i = 0; i < n; ++i) {{ double v; "
                          f"in >> v; a.{a.name}.push_back(static_cast<decltype(a.{a.name})::value_type>(v)); }} }}")
         else:
             reads.append(f"  {{ double v; in >> v; a.{a.name} = static_cast<decltype(a.{a.name})>(v); }}")
+    return reads
+
+
+def _reader(spec) -> str:
+    """The driver's branch for one op: read its attributes, then its inputs, then check."""
+    reads = _attr_reads(spec.onnx_attrs)
     n = len(spec.inputs)
     return (f"if (module == \"{spec.module}\") {{\n  bridge_shapes::{spec.name}ShapeAttrs a;\n" + "\n".join(reads) +
             f"\n  Inputs x({n}, in);\n  std::vector<bridge_shapes::Dims> out;\n  std::string why;\n"
@@ -122,18 +130,20 @@ int main() {
 '''
 
 
-def _run(tmp_path, headers, cases) -> list:
-    """Compiles the headers ([(spec, text)]) with a driver that reads the cases, runs it."""
+def _run(tmp_path, headers, cases, reader=None, line=None) -> list:
+    """Compiles the headers ([(spec, text)]) with a driver that reads the cases, runs it
+    (`reader`/`line`: another entry point's branch and case lines)."""
+    reader, line = reader or _reader, line or _line
     (tmp_path / "shapes").mkdir(exist_ok=True)
     for spec, text in headers:
         (tmp_path / "shapes" / f"{spec.module}_shapes.h").write_text(text)
     includes = "\n".join(f'#include "shapes/{spec.module}_shapes.h"' for spec, _ in headers)
-    (tmp_path / "driver.cc").write_text(DRIVER % (includes, "".join(_reader(spec) for spec, _ in headers)))
+    (tmp_path / "driver.cc").write_text(DRIVER % (includes, "".join(reader(spec) for spec, _ in headers)))
     exe = tmp_path / "driver"
     res = subprocess.run(["g++", "-std=c++17", "-O0", "-Wall", "-Wextra", "-Werror", f"-I{tmp_path}",
                           str(tmp_path / "driver.cc"), "-o", str(exe)], capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-4000:]
-    run = subprocess.run([str(exe)], input="\n".join(_line(spec, s, a) for spec, s, a in cases) + "\n",
+    run = subprocess.run([str(exe)], input="\n".join(line(spec, s, a) for spec, s, a in cases) + "\n",
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]
     return run.stdout.splitlines()
@@ -298,3 +308,82 @@ def test_a_rule_planted_in_the_spec_changes_the_cores(tmp_path, all_cases):
     got = _run_cores(tmp_path, specs, cases)
     assert any(g == "FusedLayerNorm: argument 'x': PLANTED rank >= 1" for g in got)
     assert sum(1 for (spec, s, a), g in zip(cases, got) if spec is dec and g != _expected(spec, s, a)) > 50
+
+
+# -- the rule in the TensorFlow op's attributes (YoloConvBnLeaky's padding) --------
+def _tf_cases(spec):
+    """TF attribute sets (the examples', the bad inputs', and SAME/VALID/EXPLICIT at
+    strides and dilations 1-3) on the held-out shapes."""
+    def resolved(attrs):
+        try:
+            return [spec.resolve(attrs)]
+        except ops.OpError:  # refused before any shape rule (an unknown padding)
+            return []
+    sets = [a for e in spec.examples() for a in resolved(e.attrs)] + [a for b in spec.bad_inputs()
+                                                                    for a in resolved(b.attrs)]
+    for padding, ep in (("SAME", ()), ("VALID", ()), ("EXPLICIT", (0, 0, 1, 2, 0, 3, 0, 0)),
+                        ("EXPLICIT", (0, 1, 0, 0, 0, 0, 0, 0)), ("EXPLICIT", (0, 0, 1)), ("VALID", (0, 0, 1, 1, 1, 1, 0, 0))):
+        for s, d in (((1, 2, 3, 1), (1, 1, 2, 1)), ((1, 3, 1, 1), (1, 2, 3, 1)), ((1, 0, 1, 1), (1, 1, 1, 1)),
+                     ((2, 1, 1, 1), (1, 1, 1, 1)), ((1, 1, 1), (1, 1, 1, 1)), ((1, 1, 1, 1), (1, 1, 1, 2))):
+            sets.append(spec.resolve(dict(strides=s, padding=padding, explicit_paddings=ep, dilations=d)))
+    sets = [a for i, a in enumerate(sets) if a not in sets[:i]]
+    shapes = [s for seed in SEEDS for s in tables.probe_shapes(spec, seed=seed, count=120)]
+    shapes += _wide_probes(spec, seed=99, count=120)
+    return [(s, a) for a in sets for s in dict.fromkeys(shapes)]
+
+
+def _tf_line(spec, shapes, attrs) -> str:
+    words = [spec.module]
+    for a in spec.attrs:
+        v = attrs[a.name]
+        words += [str(len(v)), *(repr(float(x)) if a.element_type == "float" else str(int(x)) for x in v)] \
+            if a.is_list else [v if a.type == "string" else repr(float(v)) if a.type == "float" else str(int(v))]
+    for shape in shapes:
+        words += ["-1"] if shape is None else [str(len(shape)), *("-1" if d is None else str(d) for d in shape)]
+    return " ".join(words)
+
+
+def _tf_reader(spec) -> str:
+    """The driver's branch for the rule in the TF attributes."""
+    return (f"if (module == \"{spec.module}\") {{\n  bridge_shapes::{spec.name}TfShapeAttrs a;\n" +
+            "\n".join(_attr_reads(spec.attrs)) +
+            f"\n  Inputs x({len(spec.inputs)}, in);\n  std::vector<bridge_shapes::Dims> out;\n  std::string why;\n"
+            f"  Report({shape_check_cpp.tf_function_name(spec)}(x.ranks.data(), x.ptrs.data(), a, &out, &why), out, why);\n"
+            f"  continue;\n}}\n")
+
+
+def _tf_expected(spec, shapes, attrs) -> str:
+    try:
+        out = spec.infer_shapes(list(shapes), **attrs)
+    except ops.OpError as e:
+        return str(e)
+    return "ok " + ";".join(dims(None if o is None else tuple(o)) for o in out)
+
+
+def _run_tf(tmp_path, spec, header, cases) -> list:
+    return _run(tmp_path, [(spec, header)], [(spec, sh, a) for sh, a in cases], _tf_reader, _tf_line)
+
+
+TF_RULED = [s for s in ops.all_specs() if shape_check_cpp.tf_rule(s) is not None]
+
+
+def test_the_conv_has_one_rule_in_both_attribute_sets():
+    assert [s.name for s in TF_RULED] == ["YoloConvBnLeaky"]
+
+
+@pytest.mark.parametrize("spec", TF_RULED, ids=lambda s: s.name)
+def test_the_tf_attribute_check_says_what_infer_shapes_says(tmp_path, spec):
+    cases = _tf_cases(spec)
+    got = _run_tf(tmp_path, spec, shape_check_cpp.render(spec), cases)
+    want = [_tf_expected(spec, s, a) for s, a in cases]
+    refused = sum(1 for w in want if not w.startswith("ok "))
+    assert refused >= 200 and len(want) - refused >= 200, (refused, len(want))
+    assert len(got) == len(want)
+    for (shapes, attrs), g, w in zip(cases, got, want):
+        assert g == w, f"{spec.name} {[dims(s) for s in shapes]} {attrs}"
+    # planted: SAME's output size floor(size / stride) for ceil (the Python unchanged) shows in the C++
+    planted = tuple(dataclasses.replace(st, expr=shape_rules.Bin("FloorDiv", st.expr.a, st.expr.b))
+                    if isinstance(st, shape_rules.Let) and st.name.startswith("same_out_") else st
+                    for st in shape_check_cpp.tf_rule(spec).statements)
+    got = _run_tf(tmp_path, spec, shape_check_cpp.render(spec, tf=planted), cases)
+    assert sum(1 for g, w in zip(got, want) if g != w) > 20

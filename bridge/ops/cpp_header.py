@@ -118,23 +118,32 @@ def _attr_block(spec: OpSpec, attrs: Sequence[Attr], struct: str, table: str, tf
 
 
 def _check_shapes(spec: OpSpec) -> list:
-    """CheckShapes: the spec's rendered shape rule on abi shapes, what a core's Shapes calls."""
+    """CheckShapes (and CheckTfShapes where the TF attributes have a rule of their own):
+    the spec's rendered shape rule on abi shapes, what a core's Shapes calls."""
     if not spec.shape_rule:
         return []
-    return [
-        "  // The spec's shape rule (shapes/<module>_shapes.h, rendered from shape_rule) on abi shapes:",
-        "  // `attrs` is any struct with the com.bridge node's attributes as fields of their names",
-        "  // (OnnxAttrs, or a core's Params); `out` may be null.",
-        "  template <typename A>",
-        "  static abi::Status CheckShapes(const A& attrs, const std::vector<abi::Shape>& in,",
-        "                                 std::vector<abi::Shape>* out = nullptr) {",
-        "    return abi::RuleShapes<::bridge_shapes::Dims>(",
-        "        kName, in, out, [&attrs](const int64_t* ranks, const int64_t* const* dims,",
-        "                                 std::vector<::bridge_shapes::Dims>* got, std::string* why) {",
-        f"          return ::{shape_check_cpp.function_name(spec)}(ranks, dims, attrs, got, why);",
-        "        });",
-        "  }",
-    ]
+    entries = [("CheckShapes", shape_check_cpp.function_name(spec), "the com.bridge node's attributes",
+                "OnnxAttrs")]
+    if shape_check_cpp.tf_rule(spec) is not None:
+        entries.append(("CheckTfShapes", shape_check_cpp.tf_function_name(spec), "the TensorFlow op's attributes",
+                        "Attrs"))
+    lines = []
+    for method, function, what, struct in entries:
+        lines += [
+            "  // The spec's shape rule (shapes/<module>_shapes.h, rendered from it) on abi shapes:",
+            f"  // `attrs` is any struct with {what} as fields of their names",
+            f"  // ({struct}, or a core's Params); `out` may be null.",
+            "  template <typename A>",
+            f"  static abi::Status {method}(const A& attrs, const std::vector<abi::Shape>& in,",
+            "                                 std::vector<abi::Shape>* out = nullptr) {",
+            "    return abi::RuleShapes<::bridge_shapes::Dims>(",
+            "        kName, in, out, [&attrs](const int64_t* ranks, const int64_t* const* dims,",
+            "                                 std::vector<::bridge_shapes::Dims>* got, std::string* why) {",
+            f"          return ::{function}(ranks, dims, attrs, got, why);",
+            "        });",
+            "  }",
+        ]
+    return lines
 
 
 def render(spec: OpSpec) -> str:

@@ -301,7 +301,40 @@ class Coalesce(Expr):
         return f"Coalesce({self.a.cpp()}, {self.b.cpp()})"
 
 
+@dataclass(frozen=True, eq=False)
+class Select(Expr):
+    """`a` where `cond` holds, else `b` (unknown where `cond` is); only the chosen
+    side is evaluated in Python, so it may read list items the other rules out."""
+    cond: Expr
+    a: Expr
+    b: Expr
+
+    def py(self, env):
+        c = self.cond.py(env)
+        return None if c is None else (self.a.py(env) if c else self.b.py(env))
+
+    def cpp(self):
+        return f"Select({self.cond.cpp()}, {self.a.cpp()}, {self.b.cpp()})"
+
+
+def select(cond, a, b) -> Expr:
+    return Select(cond, lift(a), lift(b))
+
+
 # -- conditions: True, False or None (unknown); C++ 1, 0, -1 ------------------
+@dataclass(frozen=True, eq=False)
+class Is(Expr):
+    """A string attribute equals `text` (TensorFlow's padding="SAME"): never unknown."""
+    name: str
+    text: str
+
+    def py(self, env):
+        return env.attrs[self.name] == self.text
+
+    def cpp(self):
+        return f"(attrs.{self.name} == {cpp_string(self.text)} ? 1 : 0)"
+
+
 _CMP = {"Eq": operator.eq, "Ne": operator.ne, "Ge": operator.ge, "Gt": operator.gt, "Le": operator.le,
         "Lt": operator.lt}
 
@@ -550,6 +583,19 @@ def evaluate(op: str, table: Sequence[Statement], n_outputs: int, shapes, attrs:
 
 
 
+class TfRule:
+    """A rule over the TensorFlow op's attributes (`spec.attrs`) where they are not
+    the node's (YoloConvBnLeaky's SAME/VALID/EXPLICIT padding): the spec's `_infer`
+    (called as infer_shapes calls it), and rendered to C++ beside the node's rule
+    (shape_check_cpp: `<module>_check_tf_shapes`)."""
+
+    def __init__(self, op: str, statements: Sequence["Statement"], n_outputs: int):
+        self.op, self.statements, self.n_outputs = op, tuple(statements), n_outputs
+
+    def __call__(self, *shapes, **attrs):
+        return evaluate(self.op, self.statements, self.n_outputs, shapes, attrs)
+
+
 # -- checking a rule against its spec ----------------------------------------------
 def _walk(node):
     """Every expression and text node under a statement (itself included)."""
@@ -590,6 +636,8 @@ def problems(rule, inputs: Sequence[str], n_outputs: int, attrs: Dict[str, str])
                 out.append(f"{where} reads {name!r} before a Let names it")
             elif isinstance(node, Attr) and attrs.get(name) != "int":
                 out.append(f"{where} reads {name!r} as an int attribute; the node's attributes are {attrs}")
+            elif isinstance(node, Is) and attrs.get(name) != "string":
+                out.append(f"{where} reads {name!r} as a string attribute; the node's attributes are {attrs}")
             elif isinstance(node, (Len, Item, EachItem, ListOf, FirstFailing)) and \
                     not str(attrs.get(name, "")).startswith("list("):
                 out.append(f"{where} reads {name!r} as a list attribute; the node's attributes are {attrs}")
@@ -709,6 +757,7 @@ inline int64_t FloorDiv(int64_t a, int64_t b) {
 }
 inline int64_t CeilDiv(int64_t a, int64_t b) { return Either(a, b) ? kUnknown : -FloorDiv(-a, b); }
 inline int64_t Coalesce(int64_t a, int64_t b) { return a != kUnknown ? a : b; }
+inline int64_t Select(int c, int64_t a, int64_t b) { return c < 0 ? kUnknown : (c ? a : b); }
 
 inline int Eq(int64_t a, int64_t b) { return Either(a, b) ? -1 : (a == b ? 1 : 0); }
 inline int Ne(int64_t a, int64_t b) { return Either(a, b) ? -1 : (a != b ? 1 : 0); }

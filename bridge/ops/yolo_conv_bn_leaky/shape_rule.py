@@ -1,10 +1,11 @@
-"""YoloConvBnLeaky's shapes: the rule as data in the ONNX node's terms (explicit pads),
-and `infer` with its helpers in TensorFlow's (SAME/VALID/EXPLICIT padding, TF's
-arithmetic)."""
+"""YoloConvBnLeaky's shapes: one rule as data, in the ONNX node's terms (explicit pads,
+`shape_rule`) and in TensorFlow's (SAME/VALID/EXPLICIT padding mapped to the node's
+pads once, `tf_shape_rule`, evaluated as `infer`), the tensor statements shared.
+`resolve_pads` and its helpers give the pads themselves (export, the reference)."""
 from __future__ import annotations
 
-from ..shape_rules import (Coalesce, Dim, DimsOf, EachItem, Int, Item, Len, Let, ListOf, Out, Rank, Require, ShapeOf,
-                           Var, all_of)
+from ..shape_rules import (Coalesce, Dim, DimsOf, EachItem, Int, Is, Item, Len, Let, ListOf, Not, Out, Rank, Require,
+                           ShapeOf, TfRule, Var, all_of, any_of, ceildiv, maximum, select)
 from ..spec import OpError, dims
 from . import NAME, PARAMS
 
@@ -75,42 +76,14 @@ def resolve_pads(x_shape, filter_shape, strides, padding, explicit_paddings, dil
 
 
 
-def infer(x, filt, *params, strides, padding, explicit_paddings, dilations, epsilon, alpha):
-    check_attrs(strides, padding, explicit_paddings, dilations)
-    if x is not None and len(x) != 4:
-        raise OpError(NAME, "x", f"must have rank 4 [N,H,W,Cin], got {dims(x)}")
-    if filt is not None and len(filt) != 4:
-        raise OpError(NAME, "filter", f"must have rank 4 [KH,KW,Cin,Cout], got {dims(filt)}")
-    if x is not None and filt is not None and None not in (x[3], filt[2]) and x[3] != filt[2]:
-        raise OpError(NAME, "filter", f"Cin mismatch: x {dims(x)} has Cin={x[3]}, filter {dims(filt)} has Cin={filt[2]}")
-    cout = None if filt is None else filt[3]
-    for name, shape in zip(PARAMS, params):
-        if shape is None:
-            continue
-        if len(shape) != 1 or (None not in (cout, shape[0]) and shape[0] != cout):
-            raise OpError(NAME, name, f"must have shape [Cout]={dims((cout,))} (filter {dims(filt)}), got {dims(shape)}")
-        if cout is None:
-            cout = shape[0]
-    _, (oh, ow) = resolve_pads(x, filt, strides, padding, explicit_paddings, dilations)
-    n = None if x is None else x[0]
-    return ((n, oh, ow, cout),)
-
-
-
-def shape_rule():
-    """NHWC out by TF's arithmetic on the node's explicit pads; the per-channel
-    inputs are [Cout]. In the node's attributes (pads, not SAME): `infer` states
-    the same for TF's, which need the input shapes to become pads."""
-    rule = []
-    for arg, what in (("strides", "[sh,sw]"), ("dilations", "[dh,dw]")):
-        rule.append(Require(arg, all_of(Len(arg).eq(2), EachItem(arg, "Ge", 1)), f"needs 2 positive values {what}, got ",
-                            ListOf(arg)))
-    rule.append(Require("pads", all_of(Len("pads").eq(4), EachItem("pads", "Ge", 0)),
-                        "needs 4 non-negative values [top,left,bottom,right], got ", ListOf("pads")))
-    rule.append(Require("x", Rank(0).eq(4), "must have rank 4 [N,H,W,Cin], got ", ShapeOf(0)))
-    rule.append(Require("filter", Rank(1).eq(4), "must have rank 4 [KH,KW,Cin,Cout], got ", ShapeOf(1)))
-    rule.append(Require("filter", Dim(0, 3).eq(Dim(1, 2)), "Cin mismatch: x ", ShapeOf(0), " has Cin=", Dim(0, 3),
-                        ", filter ", ShapeOf(1), " has Cin=", Dim(1, 2)))
+def _tensor_rule(axis_rule):
+    """The statements on the tensors, the same for both attribute sets: ranks, Cin,
+    the per-channel inputs [Cout], then each spatial axis by `axis_rule(axis, ax,
+    size, k)` (statements that end with a Let of o_<ax>) and the output."""
+    rule = [Require("x", Rank(0).eq(4), "must have rank 4 [N,H,W,Cin], got ", ShapeOf(0)),
+            Require("filter", Rank(1).eq(4), "must have rank 4 [KH,KW,Cin,Cout], got ", ShapeOf(1)),
+            Require("filter", Dim(0, 3).eq(Dim(1, 2)), "Cin mismatch: x ", ShapeOf(0), " has Cin=", Dim(0, 3),
+                    ", filter ", ShapeOf(1), " has Cin=", Dim(1, 2))]
     cout = Var("cout")
     rule.append(Let("cout", Dim(1, 3)))
     for i, arg in enumerate(PARAMS, start=2):
@@ -118,14 +91,73 @@ def shape_rule():
                             DimsOf((cout,)), " (filter ", ShapeOf(1), "), got ", ShapeOf(i)))
         rule.append(Let("cout", Coalesce(cout, Dim(i, 0))))
     for axis, ax in ((0, "h"), (1, "w")):
-        size, k = Dim(0, 1 + axis), Dim(1, axis)
-        stride, dilation = Item("strides", axis), Item("dilations", axis)
-        before, after = Item("pads", axis), Item("pads", 2 + axis)
-        eff, num = Var(f"eff_{ax}"), Var(f"num_{ax}")
-        rule += [Let(f"eff_{ax}", (k - 1) * dilation + 1),
-                 Let(f"num_{ax}", size + before + after - eff + stride),
-                 Require("x", num.ge(0), f"{ax.upper()} axis of x ", ShapeOf(0), " with filter ", ShapeOf(1),
-                         ": computed output size would be negative: input ", Int(size), " + padding ", before, "+",
-                         after, ", effective filter ", eff, ", stride ", stride),
-                 Let(f"o_{ax}", num // stride)]
+        rule += axis_rule(axis, ax, Dim(0, 1 + axis), Dim(1, axis))
     return tuple(rule) + (Out(0, [Dim(0, 0), Var("o_h"), Var("o_w"), cout]),)
+
+
+def _explicit_axis(ax, size, k, stride, dilation, before, after):
+    """TF's arithmetic on explicit pads (VALID: 0): the output size, refused below 0."""
+    eff, num = Var(f"eff_{ax}"), Var(f"num_{ax}")
+    return [Let(f"eff_{ax}", (k - 1) * dilation + 1),
+            Let(f"num_{ax}", size + before + after - eff + stride),
+            Require("x", num.ge(0), f"{ax.upper()} axis of x ", ShapeOf(0), " with filter ", ShapeOf(1),
+                    ": computed output size would be negative: input ", Int(size), " + padding ", before, "+",
+                    after, ", effective filter ", eff, ", stride ", stride),
+            Let(f"o_{ax}", num // stride)]
+
+
+def shape_rule():
+    """In the node's attributes (explicit pads): NHWC out by TF's arithmetic; the
+    per-channel inputs are [Cout]."""
+    rule = []
+    for arg, what in (("strides", "[sh,sw]"), ("dilations", "[dh,dw]")):
+        rule.append(Require(arg, all_of(Len(arg).eq(2), EachItem(arg, "Ge", 1)), f"needs 2 positive values {what}, got ",
+                            ListOf(arg)))
+    rule.append(Require("pads", all_of(Len("pads").eq(4), EachItem("pads", "Ge", 0)),
+                        "needs 4 non-negative values [top,left,bottom,right], got ", ListOf("pads")))
+
+    def axis_rule(axis, ax, size, k):
+        return _explicit_axis(ax, size, k, Item("strides", axis), Item("dilations", axis), Item("pads", axis),
+                              Item("pads", 2 + axis))
+    return tuple(rule) + _tensor_rule(axis_rule)
+
+
+def tf_shape_rule():
+    """The same rule in the TensorFlow op's attributes: its attribute checks, then
+    its padding mapped to the node's pads once (SAME's from the input size, the odd
+    pixel at the end; VALID 0; EXPLICIT its values), then the tensor statements."""
+    rule = []
+    for arg in ("strides", "dilations"):
+        rule += [Require(arg, Len(arg).eq(4), f"needs 4 values [1,{arg[0]}h,{arg[0]}w,1], got ", ListOf(arg, "python")),
+                 Require(arg, all_of(Item(arg, 0).eq(1), Item(arg, 3).eq(1)), "must be 1 at N and C ([1,h,w,1]), got ",
+                         ListOf(arg, "python")),
+                 Require(arg, all_of(Item(arg, 1).ge(1), Item(arg, 2).ge(1)), "must be positive, got ",
+                         ListOf(arg, "python"))]
+    ep, explicit, same = "explicit_paddings", Is("padding", "EXPLICIT"), Is("padding", "SAME")
+    n_ep = Len(ep)
+    rule += [Require(ep, any_of(Not(explicit), n_ep.eq(8)),
+                     "EXPLICIT padding needs 8 values [0,0,top,bottom,left,right,0,0], got ", ListOf(ep, "python")),
+             Require(ep, select(explicit, all_of(*(Item(ep, i).eq(0) for i in (0, 1, 6, 7))), 1),
+                     "must be 0 at N and C, got ", ListOf(ep, "python")),
+             Require(ep, any_of(Not(explicit), EachItem(ep, "Ge", 0)), "must be non-negative, got ", ListOf(ep, "python")),
+             Require(ep, any_of(explicit, n_ep.eq(0)), "must be empty unless padding is EXPLICIT, got ",
+                     ListOf(ep, "python"))]
+
+    def axis_rule(axis, ax, size, k):
+        stride, dilation = Item("strides", 1 + axis), Item("dilations", 1 + axis)
+        eff = (k - 1) * dilation + 1
+        # SAME's output is ceil(size / stride), unknown with the filter as TF's; its pads follow
+        out = Var(f"same_out_{ax}")
+        total = Var(f"same_total_{ax}")
+        before, after = Var(f"pad_before_{ax}"), Var(f"pad_after_{ax}")
+        return [Let(f"same_out_{ax}", ceildiv(size + (eff - eff), stride)),
+                Let(f"same_total_{ax}", maximum((out - 1) * stride + eff - size, 0)),
+                Let(f"pad_before_{ax}", select(same, total // 2, select(explicit, Item(ep, 2 + 2 * axis), 0))),
+                Let(f"pad_after_{ax}", select(same, total - total // 2, select(explicit, Item(ep, 3 + 2 * axis), 0))),
+                *_explicit_axis(ax, size, k, stride, dilation, before, after),
+                Let(f"o_{ax}", select(same, out, Var(f"o_{ax}")))]
+    return tuple(rule) + _tensor_rule(axis_rule)
+
+
+# infer_shapes in TF's attributes: the rule above, evaluated (spec._infer)
+infer = TfRule(NAME, tf_shape_rule(), 1)
