@@ -3,7 +3,8 @@ through onnxruntime's own quantizer (onnxruntime.quantization): bridge adds the
 choices a user would otherwise look up, and a verdict.
 
 - dynamic: the weights of MatMul/Gemm nodes with a constant B become int8 (or
-  uint8, see weight_type), their activations are quantized at run time
+  uint8, see weight_type) with a scale per output channel, their activations
+  are quantized at run time
   (DynamicQuantizeLinear + MatMulInteger). bridge's own ops stay float32 and keep
   their native kernels; nothing is calibrated.
 - static: QDQ around every quantizable node (Conv with per-channel weights,
@@ -76,7 +77,8 @@ def dynamic(model, weights: Optional[str] = None):
     with tempfile.TemporaryDirectory(prefix="bridge-int8-") as work:
         src, large = _through_files(model, work)
         out = os.path.join(work, "int8.onnx")
-        quantize_dynamic(src, out, op_types_to_quantize=list(DYNAMIC_OPS), per_channel=False,
+        # per-channel scales: a transformer's embeddings stay much closer (MiniLM: benchmarks/RESULTS.md)
+        quantize_dynamic(src, out, op_types_to_quantize=list(DYNAMIC_OPS), per_channel=True,
                          weight_type=_qtype(weights or weight_type()), use_external_data_format=large,
                          extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT, "MatMulConstBOnly": True})
         return _load(out)
