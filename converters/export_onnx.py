@@ -582,9 +582,8 @@ def export(source, output: str, *, mode: Optional[str] = None, opset: Optional[i
         concrete = fn.get_concrete_function()
         large = _variable_bytes(concrete) > EXTERNAL_DATA_BYTES if external_data is None else bool(external_data)
     with progress.stage("converting"):
-        # always tf2onnx's large-model path (constants kept out of the graphs it copies): ConvNeXtLarge
-        # (0.8 GB of weights) peaked at 17.3 GB RSS without it, 6.7 GB with it; small models get their
-        # tensors back inside the proto
+        # always tf2onnx's large-model path: constants kept out of the graphs it copies cut the peak
+        # memory of large models to under half (RESULTS.md); small models get their tensors back inline
         onnx_model, external = convert(fn, source.signature(), opset=opset, mode=mode,
                                        output_names=source.output_names, verbose=verbose, large=True)
         if not large or quantize != "none":

@@ -53,9 +53,8 @@ inline dnnl::engine& DnnlEngine() {
 inline bool FastImpl(const std::string& impl) { return impl.rfind("brg", 0) == 0 || impl.rfind("jit", 0) == 0; }
 inline bool Brgemm(const std::string& impl) { return impl.rfind("brg", 0) == 0; }
 
-// Measured on YOLOv3's layers (2 cores, AVX-512): Cin=64 at 104x104 ran 0.75x of
-// direct (too little work per transform); down to 13x13 with Cin >= 128 it still
-// won (1.1-1.4x), in the whole model too, although U is 16/9 of the filter.
+// Where Winograd beat the direct convolution on YOLOv3's layers (too few input
+// channels leave too little work per transform; benchmarks/RESULTS.md).
 inline bool WinoEligible(const ConvShape& g) {
   return g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && g.cin >= 128 &&
          g.cout >= 64 && g.oh * g.ow >= 100;
