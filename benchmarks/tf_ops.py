@@ -144,7 +144,7 @@ def bench_layer_norm(rng, repeat, quick):
 
 
 def bench_layer_norm_grad(rng, repeat, quick):
-    from bridge.tf_ops import fused_layer_norm_op
+    from bridge.ops.fused_layer_norm import tf_op as fused_layer_norm_op
     spec = specs.get("FusedLayerNorm")
     eps = spec.attr("epsilon").default
     rows = []

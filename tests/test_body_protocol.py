@@ -44,7 +44,7 @@ def test_builtin_composites_come_from_their_body():
             continue
         fn = getattr(tf_ops.composite, spec.module)
         assert fn.__qualname__ == "composite.<locals>.call" and fn.__module__ == tf_from_body.__name__
-        tree = ast.parse((ROOT / "tf_ops" / f"{spec.module}_op.py").read_text())
+        tree = ast.parse((ROOT / "bridge" / "ops" / spec.module / "tf_op.py").read_text())
         assert "composite" not in {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
 
 

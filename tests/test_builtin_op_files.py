@@ -53,7 +53,7 @@ def test_a_builtin_op_with_only_its_spec_file(scratch, rng):
 
 
 def test_a_builtin_op_without_a_tf_side_leaves_the_others_working_and_shows_its_hole():
-    """tf_ops imports every built-in's <op>_op.py: one that has none (a spec-only
+    """tf_ops imports every built-in's TensorFlow side (tf_op.py or its core): one that has none (a spec-only
     op) must not take the other ops' TensorFlow layer down, and `bridge ops`
     names its hole (a subprocess: tf_ops reads the registry once per process)."""
     import json
@@ -79,7 +79,7 @@ print(json.dumps({"err": float(np.abs(y - ref).max()), "scratch": t["ScratchNorm
     assert done.returncode == 0, done.stderr[-3000:]
     got = json.loads(done.stdout.strip().splitlines()[-1])
     assert got["err"] < 1e-5 and got["norm"] == "yes", got
-    assert "no tf_ops/scratch_norm.cc" in got["scratch"], got
+    assert "no kernel core (bridge/ops/scratch_norm/kernel.h) or tf_op.py" in got["scratch"], got
     assert any(h.startswith("TF CPU") and "['ScratchNorm'] do not" in h for h in got["holes"]), got
     assert all(h.endswith("['ScratchNorm'] do not") for h in got["holes"]), got  # only the scratch op lacks
 

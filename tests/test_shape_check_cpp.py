@@ -272,7 +272,7 @@ def _run_cores(tmp_path, specs, cases) -> list:
     (tmp_path / "cores.cc").write_text(CORE_DRIVER % "".join(_core_reader(s) for s in specs))
     exe = tmp_path / "cores"
     res = subprocess.run(["g++", "-std=c++17", "-O0", "-fopenmp-simd", "-Wall", "-Wextra", "-Werror", f"-I{tmp_path}",
-                          f"-I{root}", str(tmp_path / "cores.cc"), "-o", str(exe)], capture_output=True, text=True,
+                          f"-I{root}", "-isystem", str(native.eigen_include()), str(tmp_path / "cores.cc"), "-o", str(exe)], capture_output=True, text=True,
                          timeout=600)
     assert res.returncode == 0, res.stderr[-4000:]
     run = subprocess.run([str(exe)], input="\n".join(_line(spec, s, a) for spec, s, a in cases) + "\n",
@@ -282,8 +282,7 @@ def _run_cores(tmp_path, specs, cases) -> list:
 
 
 def _core_specs():
-    # The cores that build on the standard library alone (the convolution's needs Eigen).
-    return [ops.get("FusedLayerNorm"), ops.get("YoloDecode")]
+    return [ops.get("FusedLayerNorm"), ops.get("YoloDecode"), ops.get("YoloConvBnLeaky")]
 
 
 def test_each_core_checks_shapes_by_its_spec(tmp_path, all_cases):

@@ -222,7 +222,7 @@ def test_gradient_op_matches_reference_backward(rng, example, dtype, mode):
     The case table, and 65 rows (three blocks of the dgamma/dbeta sums)."""
     from bridge.ops.fused_layer_norm import BACKWARD_SCALE
     from bridge.ops.fused_layer_norm import reference_backward
-    from bridge.tf_ops.fused_layer_norm_op import gradient
+    from bridge.ops.fused_layer_norm.tf_op import gradient
     if example is None:
         (x, gamma, _), epsilon = _inputs(rng, (65, 1024), dtype), 1e-5
     else:
@@ -236,7 +236,7 @@ def test_gradient_op_matches_reference_backward(rng, example, dtype, mode):
 
 
 def test_gradient_op_is_deterministic_and_leaves_dy_alone(rng):
-    from bridge.tf_ops.fused_layer_norm_op import gradient
+    from bridge.ops.fused_layer_norm.tf_op import gradient
     x, gamma, _ = _inputs(rng, (300, 768), "float32")
     dy = rng.normal(size=x.shape).astype(np.float32)
     dy_t = tf.constant(dy)
@@ -248,7 +248,7 @@ def test_gradient_op_is_deterministic_and_leaves_dy_alone(rng):
 
 @pytest.mark.parametrize("mode", ["eager", "function"])
 def test_gradient_op_refuses_bad_shapes_naming_op_and_argument(mode):
-    from bridge.tf_ops.fused_layer_norm_op import gradient
+    from bridge.ops.fused_layer_norm.tf_op import gradient
     x, gamma = np.ones((4, 8), np.float32), np.ones(8, np.float32)
     errors = (ValueError, tf.errors.InvalidArgumentError)
     with pytest.raises(errors, match=r"FusedLayerNormGrad: argument 'dy': must have the shape of x \[4,8\], got \[2,8\]"):

@@ -13,7 +13,7 @@ import ("Op type not registered" otherwise).
 
 An op's registration, shape function and CPU kernel come from its kernel core
 (bridge/ops/<op>/kernel.h) through host.cc, or from an `<op>.cc` of its own (the
-convolution); `<op>_op.py` holds its wrapper and gradient; its composite comes
+convolution); `bridge/ops/<op>/tf_op.py` holds its wrapper and gradient; its composite comes
 from its spec's body (from_body.py), as a team op's does.
 """
 from __future__ import annotations
@@ -108,8 +108,8 @@ _missing = {}  # op name -> why it has no TensorFlow side
 for _spec in _specs.all_specs():
     if not _specs.is_builtin(_spec):
         continue  # a team's op: its kernel comes with load_op_library (team_ops.py)
-    if importlib.util.find_spec(f"{__name__}.{_spec.module}_op") is not None:
-        _mod = importlib.import_module(f"{__name__}.{_spec.module}_op")
+    _mod = _specs.part(_spec, "tf_op")  # bridge/ops/<op>/tf_op.py: its own wrapper and gradient
+    if _mod is not None:
         _mod.composite = _from_body.composite(_spec)  # the op's one decomposition (its spec's body), in TF ops
     elif _served_by_host(_spec):
         # A kernel core alone (bridge/ops/<op>/kernel.h, hosted by host.cc): the
@@ -118,7 +118,7 @@ for _spec in _specs.all_specs():
     else:
         # An op of bridge's with no TensorFlow side yet (only its spec): the other
         # ops' TF layer stands, and `bridge ops` shows this one's hole.
-        _missing[_spec.name] = f"no tf_ops/{_spec.module}.cc, kernel core or {_spec.module}_op.py"
+        _missing[_spec.name] = f"no kernel core (bridge/ops/{_spec.module}/kernel.h) or tf_op.py"
         continue
     _op_modules[_spec.name] = _mod
     globals()[_spec.module] = _dispatcher(_mod)

@@ -1,5 +1,5 @@
 // FusedLayerNormGrad (the gradient's first order, registered in
-// fused_layer_norm_op.py): dx per row, and dgamma/dbeta summed over fixed blocks
+// bridge/ops/fused_layer_norm/tf_op.py): dx per row, and dgamma/dbeta summed over fixed blocks
 // of rows and then over the blocks in order, so the result does not depend on
 // how the thread pool splits the rows. The rows' math and the shape rules are
 // FusedLayerNorm's kernel core (bridge/ops/fused_layer_norm/kernel.h); the

@@ -2,7 +2,7 @@
 // forward and backward kernels of kernel.cuh (beside it) on the op's stream.
 // The ops (FusedLayerNorm, FusedLayerNormGrad), their shape functions and CPU
 // kernels: the core bridge/ops/fused_layer_norm/kernel.h through host.cc, and
-// tf_ops/fused_layer_norm_grad.cc; tf_ops/fused_layer_norm_op.py wires the gradient.
+// tf_ops/fused_layer_norm_grad.cc; bridge/ops/fused_layer_norm/tf_op.py wires the gradient.
 #if GOOGLE_CUDA
 
 #include "kernel.cuh"

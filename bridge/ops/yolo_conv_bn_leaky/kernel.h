@@ -75,22 +75,11 @@ struct YoloConvBnLeaky {
   }
 
   static abi::Status Read(const Spec::Attrs& a, Params* p) {
-    abi::Status s = CheckNhwc4("strides", a.strides);
-    if (s.ok()) s = CheckNhwc4("dilations", a.dilations);
+    if (a.padding != "SAME" && a.padding != "VALID" && a.padding != "EXPLICIT")
+      return abi::Bad("padding", "'" + a.padding + "' is not one of ['SAME', 'VALID', 'EXPLICIT']");
+    abi::Status s = Spec::CheckTfShapes(a, std::vector<abi::Shape>(7, abi::Shape::Unknown()));
     if (!s.ok()) return s;
     const auto& e = a.explicit_paddings;
-    if (a.padding == "EXPLICIT") {
-      if (e.size() != 8)
-        return abi::Bad("explicit_paddings",
-                        "EXPLICIT padding needs 8 values [0,0,top,bottom,left,right,0,0], got " + abi::List(e));
-      if (e[0] || e[1] || e[6] || e[7]) return abi::Bad("explicit_paddings", "must be 0 at N and C, got " + abi::List(e));
-      for (int64_t v : e)
-        if (v < 0) return abi::Bad("explicit_paddings", "must be non-negative, got " + abi::List(e));
-    } else if (a.padding != "SAME" && a.padding != "VALID") {
-      return abi::Bad("padding", "'" + a.padding + "' is not one of ['SAME', 'VALID', 'EXPLICIT']");
-    } else if (!e.empty()) {
-      return abi::Bad("explicit_paddings", "must be empty unless padding is EXPLICIT, got " + abi::List(e));
-    }
     p->sh = a.strides[1], p->sw = a.strides[2], p->dh = a.dilations[1], p->dw = a.dilations[2];
     p->same = a.padding == "SAME";
     if (a.padding == "EXPLICIT") p->pad_top = e[2], p->pad_bottom = e[3], p->pad_left = e[4], p->pad_right = e[5];
@@ -99,13 +88,9 @@ struct YoloConvBnLeaky {
   }
 
   static abi::Status Read(const Spec::OnnxAttrs& a, Params* p) {
-    if (a.strides.size() != 2 || a.strides[0] < 1 || a.strides[1] < 1)
-      return abi::Bad("strides", "needs 2 positive values [sh,sw], got " + abi::List(a.strides, ","));
-    if (a.dilations.size() != 2 || a.dilations[0] < 1 || a.dilations[1] < 1)
-      return abi::Bad("dilations", "needs 2 positive values [dh,dw], got " + abi::List(a.dilations, ","));
+    abi::Status s = Spec::CheckShapes(a, std::vector<abi::Shape>(7, abi::Shape::Unknown()));
+    if (!s.ok()) return s;
     const auto& q = a.pads;
-    if (q.size() != 4 || q[0] < 0 || q[1] < 0 || q[2] < 0 || q[3] < 0)
-      return abi::Bad("pads", "needs 4 non-negative values [top,left,bottom,right], got " + abi::List(q, ","));
     p->sh = a.strides[0], p->sw = a.strides[1], p->dh = a.dilations[0], p->dw = a.dilations[1];
     p->same = false;
     p->pad_top = q[0], p->pad_left = q[1], p->pad_bottom = q[2], p->pad_right = q[3];
@@ -144,28 +129,17 @@ struct YoloConvBnLeaky {
     return abi::Ok();
   }
 
+  // The spec's one shape rule in the TF attributes (Params written back as them).
+  static Spec::Attrs AsTf(const Params& p) {
+    Spec::Attrs a;
+    a.strides = {1, p.sh, p.sw, 1};
+    a.dilations = {1, p.dh, p.dw, 1};
+    a.padding = p.same ? "SAME" : "EXPLICIT";
+    if (!p.same) a.explicit_paddings = {0, 0, p.pad_top, p.pad_bottom, p.pad_left, p.pad_right, 0, 0};
+    return a;
+  }
   static abi::Status Shapes(const Params& p, const std::vector<abi::Shape>& in, std::vector<abi::Shape>* out) {
-    const abi::Shape &x = in[0], &f = in[1];
-    if (x.known && x.rank() != 4) return abi::Bad("x", "must have rank 4 [N,H,W,Cin], got " + x.str());
-    if (f.known && f.rank() != 4) return abi::Bad("filter", "must have rank 4 [KH,KW,Cin,Cout], got " + f.str());
-    if (x.known && f.known && x[3] >= 0 && f[2] >= 0 && x[3] != f[2])
-      return abi::Bad("filter", "Cin mismatch: x " + x.str() + " has Cin=" + std::to_string(x[3]) + ", filter " +
-                                    f.str() + " has Cin=" + std::to_string(f[2]));
-    int64_t cout = f.known ? f[3] : -1;
-    for (int i = 0; i < 5; ++i) {
-      const abi::Shape& v = in[2 + i];
-      if (!v.known) continue;
-      if (v.rank() != 1 || (cout >= 0 && v[0] >= 0 && v[0] != cout))
-        return abi::Bad(kParams[i], "must have shape [Cout]=" + abi::Shape({cout}).str() + " (filter " + f.str() +
-                                        "), got " + v.str());
-      if (cout < 0) cout = v[0];
-    }
-    int64_t oh, ow, b, e;
-    abi::Status s = OutputSize(p, 0, x, f, &oh, &b, &e);
-    if (s.ok()) s = OutputSize(p, 1, x, f, &ow, &b, &e);
-    if (!s.ok()) return s;
-    *out = {abi::Shape({x.known ? x[0] : -1, oh, ow, cout})};
-    return abi::Ok();
+    return Spec::CheckTfShapes(AsTf(p), in, out);
   }
 
   // -- per node: the road, and the oneDNN primitives and packed filter ------------
@@ -195,7 +169,7 @@ struct YoloConvBnLeaky {
     st->road.winograd = wino != "off";
     st->road.alpha = p.alpha;
 #else
-    (void)p;
+    (void)p, (void)st;
     if (impl == "onednn")
       return abi::Fail("BRIDGE_CONV_IMPL=onednn, but the op library was built without oneDNN (pip install "
                        "onednn-devel-cpu-gomp, then bridge build --force)");

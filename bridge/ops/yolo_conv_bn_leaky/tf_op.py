@@ -1,6 +1,6 @@
 """YoloConvBnLeaky in TensorFlow: the public wrapper and the gradient.
 
-`op` runs the C++ kernel (yolo_conv_bn_leaky.cc); its composite is the spec's body
+`op` runs the C++ kernel (the core kernel.h beside it, hosted by tf_ops/host.cc); its composite is the spec's body
 on TfBody (tf_ops/from_body.py): folded weights, CONV_2D on NHWC, bias, LEAKY_RELU,
 the form converters map to builtins; the gradient for all seven inputs is
 registered on import.
