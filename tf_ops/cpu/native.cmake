@@ -44,8 +44,11 @@ endfunction()
 # compiles on this CPU (-march=native, less any feature the headers refuse; empty
 # for a portable build).
 set(BRIDGE_CPU_FLAGS "" CACHE STRING "CPU flags, ;-separated (bridge/cpu_flags.py)")
+# -fno-trapping-math: without it GCC keeps the clamps in bridge's exp/sigmoid
+# (kernels/fast_math.h) as branches and leaves those loops scalar; results are
+# the same (no -ffast-math), only floating-point exception flags may differ.
 function(bridge_cpu_target target)
-  target_compile_options(${target} PRIVATE ${BRIDGE_CPU_FLAGS})
+  target_compile_options(${target} PRIVATE ${BRIDGE_CPU_FLAGS} -fno-trapping-math)
 endfunction()
 
 # Links the oneDNN install at BRIDGE_DNNL_ROOT (bridge.native.onednn_root()) into
