@@ -643,11 +643,11 @@ def _quantized(model, quantize: str, calibrated, progress: Progress, summary: Li
             how = (f"dynamic int8: MatMul/Gemm weights {weights} (this CPU "
                    f"{'has' if quantize_onnx.cpu_has_vnni() else 'lacks'} VNNI), activations at run time")
         else:
-            n = len(quantize_onnx.batches(calibrated))
-            model = quantize_onnx.static(model, quantize_onnx.batches(calibrated))
+            feeds = quantize_onnx.batches(calibrated)
+            model = quantize_onnx.static(model, feeds)
             weights = "int8"
             how = (f"static int8 (QDQ, per-channel weights) of the lowered export (onnxruntime's calibrator runs "
-                   f"without bridge's kernels), calibrated on {n} sample(s) of --calibration")
+                   f"without bridge's kernels), calibrated on {len(feeds)} sample(s) of --calibration")
     made = quantize_onnx.counts(model)
     if not made:
         raise ExportError(f"--quantize {quantize}: onnxruntime's quantizer left no node int8 (the model has no "

@@ -91,11 +91,15 @@ def add_arguments(p):
     p.add_argument("--no-verify", dest="verify", action="store_false", help="skip the run against TensorFlow")
     p.add_argument("-v", "--verbose", action="store_true", help="show the converters' own logging")
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    from bridge.api.export import own_options
+    per_target = {to: own_options(mod) for to, mod in _loaded_exporters().items()}
+    targets_of: dict = {}  # option string -> the targets that declare it
+    for to, actions in per_target.items():
+        for action in actions.values():
+            targets_of.setdefault(action.option_strings[0], []).append(to)
     own = {}
     seen: dict = {}   # option string -> the action already on the parser
-    for to, mod in _loaded_exporters().items():
-        from bridge.api.export import own_options
-        actions = own_options(mod)
+    for to, actions in per_target.items():
         if not actions:
             continue
         group = None
@@ -109,9 +113,8 @@ def add_arguments(p):
                 shared.help = f"{shared.help}; --to {to}: {action.help}"
             else:
                 group = group or p.add_argument_group(f"--to {to}")
-                action.help = f"--to {to}: {action.help}" if any(
-                    flag in own_options(m).get(dest, argparse.Action([], dest)).option_strings
-                    for t, m in _loaded_exporters().items() if t != to) else action.help
+                if len(targets_of[flag]) > 1:
+                    action.help = f"--to {to}: {action.help}"
                 seen[flag] = group._add_action(action)
             own[to].append(dest)
     p.set_defaults(_export_own_options=own)

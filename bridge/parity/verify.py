@@ -251,7 +251,7 @@ class Verifier:
         ok = bool(rows) and all(a.passed for a in rows)
         said = "; ".join(f"{a.metric} {a.value:.4g} {'>=' if a.passed else '<'} {a.threshold:g} vs {a.against}"
                          + (f" ({a.note})" if a.note else "") for a in rows)
-        read = {n for a in rows for n in a.output.split("+")} | set(names)
+        read = set(names)  # every agreement is over these outputs
         out = []
         for c in checks:
             mine = np.asarray(got.get(c.output, np.nan))
