@@ -14,6 +14,12 @@ handlers -> refuse unsupported ops -> add functions (or inline) -> the full
 checker -> write atomically (external data above ~2 GB) -> run TensorFlow and
 onnxruntime on the same random inputs and report the max error per output.
 
+For onnxruntime (custom mode; `--ort-contrib` also in lowered mode) the transformer
+blocks bridge knows (Keras MultiHeadAttention, Dense + exact GELU) become
+onnxruntime's contrib operators (converters/ort_transformer.py: com.microsoft
+Attention, BiasGelu), which measure faster there (benchmarks/onnx_models.py);
+`--no-ort-contrib` keeps bridge's own graph, which any ONNX runtime runs.
+
 `--quantize dynamic|static` makes it int8 for onnxruntime (converters/quantize_onnx.py):
 judged by the answers (`--task classify|detect|embed`, bridge.parity.task), since
 no elementwise bound of a float32 export holds; static is calibrated on
@@ -24,6 +30,7 @@ to build its --help.
 """
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import logging
@@ -61,6 +68,10 @@ def add_arguments(group):
                             "static (QDQ, per-channel conv weights, calibrated on --calibration); judged by --task")
     group.add_argument("--calibration", metavar="DIR|FILE", help="inputs for --quantize static (an .npz, .npy or a "
                        "folder, as bridge parity --inputs); the export is verified on them")
+    group.add_argument("--ort-contrib", action=argparse.BooleanOptionalAction, default=None,
+                       help="onnxruntime's transformer ops (com.microsoft Attention for Keras MultiHeadAttention, "
+                            "BiasGelu for Dense + exact GELU) where they match; the file then runs on onnxruntime only "
+                            "(default: on in custom mode, off in lowered mode and with --quantize)")
     group.add_argument("--task", choices=TASKS, help="how a quantized export is judged: top-1 agreement, matched "
                        "boxes or embedding cosine (bridge.parity.task); built-in bert/minilm: embed")
 
@@ -89,6 +100,16 @@ def check_quantize(source, quantize: Optional[str], calibration, task: Optional[
     if task not in TASKS:
         raise OptionError(f"--task {task}: expected one of {', '.join(TASKS)}")
     return quantize, task, ("lowered" if quantize == "static" else mode)
+
+
+def check_ort_contrib(ort_contrib: Optional[bool], mode: str, quantize: str) -> bool:
+    """Whether the export gets onnxruntime's contrib ops (None: the default for `mode`)."""
+    if ort_contrib is None:
+        return mode == "custom" and quantize == "none"
+    if ort_contrib and quantize != "none":
+        raise OptionError(f"--ort-contrib with --quantize {quantize}: the int8 export quantizes bridge's own graph "
+                          f"(give --no-ort-contrib or leave it out)")
+    return bool(ort_contrib)
 
 
 def opset_range() -> range:
@@ -564,13 +585,15 @@ def _variable_bytes(concrete) -> int:
 def export(source, output: str, *, mode: Optional[str] = None, opset: Optional[int] = None, fuse: bool = True,
            seed: int = 0, verbose: bool = False, progress: Optional[Progress] = None, atol: Optional[float] = None,
            verify=None, external_data: Optional[bool] = None, quantize: Optional[str] = "none",
-           calibration=None, task: Optional[str] = None, **_) -> ExportResult:
+           calibration=None, task: Optional[str] = None, ort_contrib: Optional[bool] = None,
+           **_) -> ExportResult:
     """The `--to onnx` exporter (interface: bridge/commands/export.py). `verify`:
     a bridge.parity.verify.Verifier, run on the staged file (None: not verified)."""
     progress = progress or quiet()
     quantize, task, mode = check_quantize(source, quantize, calibration, task, mode)
     mode = check_mode(mode)
     opset = check_opset(opset)
+    contrib = check_ort_contrib(ort_contrib, mode, quantize)
     if source.kind == "onnx":
         raise OptionError(f"{source.arg} is already an ONNX model")
     calibrated = _calibration_inputs(source, calibration) if quantize == "static" else None
@@ -588,6 +611,8 @@ def export(source, output: str, *, mode: Optional[str] = None, opset: Optional[i
                                        output_names=source.output_names, verbose=verbose, large=True)
         if not large or quantize != "none":
             onnx_model, external = embed_external(onnx_model, external), {}
+    if contrib:
+        onnx_model = _with_contrib(onnx_model, external, progress, summary, details)
     if quantize != "none":
         onnx_model, large = _quantized(onnx_model, quantize, calibrated, progress, summary, details)
     checks: List[Check] = []
@@ -619,6 +644,22 @@ def export(source, output: str, *, mode: Optional[str] = None, opset: Optional[i
     summary += renamed_lines(onnx_model)
     return ExportResult(output=files[0], format="onnx", files=files, summary=summary, checks=checks,
                         seconds=dict(progress.seconds), details=details)
+
+
+def _with_contrib(model, external, progress: Progress, summary: List[str], details: dict):
+    """The model with onnxruntime's transformer ops where they match (ort_transformer.rewrite)."""
+    from . import ort_transformer
+    if external:   # past protobuf's 2 GiB the weights stay outside: the matcher needs them in the proto
+        summary.append("onnxruntime contrib ops: not applied (the weights are external data)")
+        details["ort_contrib"] = {"applied": False}
+        return model
+    with progress.stage("onnxruntime contrib ops"):
+        model, report = ort_transformer.rewrite(model)
+    summary.append(report.line() + ("; the file runs on onnxruntime only" if report.total else ""))
+    summary += [f"  left as bridge's graph: {why}" for why in report.skipped[:3]]
+    details["ort_contrib"] = {"applied": bool(report.total), "counts": dict(report.counts),
+                              "skipped": list(report.skipped)}
+    return model
 
 
 def _calibration_inputs(source, calibration) -> Dict[str, np.ndarray]:
