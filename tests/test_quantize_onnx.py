@@ -239,3 +239,111 @@ def test_parity_ort_int8_row_is_judged_by_the_task(encoder):
     assert c.status == "judged by task" and c.passed and c.max_abs_error > 1e-4
     (plain,) = rows["ort"].outputs.values()
     assert plain.status == "pass"
+
+
+# -- the agreement pass of dynamic int8 ------------------------------------------
+def _chain(rng, t, widths, planted):
+    """x [N, t, widths[0]] through MatMuls mm0, mm1, ... (widths[i] -> widths[i+1]);
+    the last one's activation gets `planted` first: ("row", k) adds a constant
+    row of magnitude k (an attention sink: one token loud in every channel),
+    ("channel", k) multiplies one channel by k (an outlier channel). Returns
+    (model, weights, the planted add and mul) for a numpy reference."""
+    from onnx import TensorProto, helper, numpy_helper
+    ws = [(rng.standard_normal((a, b)) / np.sqrt(a)).astype(np.float32) for a, b in zip(widths, widths[1:])]
+    kind, k = planted
+    add = np.zeros((t, widths[-2]), np.float32)
+    mul = np.ones(widths[-2], np.float32)
+    if kind == "row":
+        add[0] = k
+    else:
+        mul[3] = k
+    nodes, last = [], "x"
+    for i in range(len(ws) - 1):
+        nodes.append(helper.make_node("MatMul", [last, f"w{i}"], [f"h{i}"], name=f"mm{i}"))
+        last = f"h{i}"
+    n = len(ws) - 1
+    nodes += [helper.make_node("Add", [last, "add"], ["planted_a"], name="plant_add"),
+              helper.make_node("Mul", ["planted_a", "mul"], ["planted"], name="plant_mul"),
+              helper.make_node("MatMul", ["planted", f"w{n}"], ["y"], name=f"mm{n}")]
+    inits = [numpy_helper.from_array(w, f"w{i}") for i, w in enumerate(ws)]
+    inits += [numpy_helper.from_array(add, "add"), numpy_helper.from_array(mul, "mul")]
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, t, widths[0]])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, t, widths[-1]])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model, ws, add, mul
+
+
+def _chain_reference(x, ws, add, mul):
+    h = x.astype(np.float64)
+    for w in ws[:-1]:
+        h = h @ w
+    return ((h + add) * mul) @ ws[-1]
+
+
+def _int8_answers(model, x):
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+
+
+@pytest.mark.parametrize("t, widths", [(24, (16, 32, 32, 8)), (40, (8, 48, 24, 24, 12))])
+def test_a_loud_token_keeps_just_its_matmul_float32(t, widths):
+    rng = np.random.default_rng(t)
+    model, ws, add, mul = _chain(rng, t, widths, ("row", 400.0))
+    calib = [{"x": rng.standard_normal((2, t, widths[0])).astype(np.float32)} for _ in range(2)]
+    fresh = rng.standard_normal((3, t, widths[0])).astype(np.float32)
+    want = _chain_reference(fresh, ws, add, mul)
+    plain = quantize_onnx.dynamic(model, "int8", bar=None)
+    assert not (_cosines(_int8_answers(plain, fresh), want) > 0.9).all()   # onnxruntime's quantizer alone breaks it
+    info = {}
+    q = quantize_onnx.dynamic(model, "int8", feeds=calib, report=info)
+    assert info["agreement_plain"] < quantize_onnx.AGREEMENT <= info["agreement"]
+    assert info["kept_float"] == [f"mm{len(ws) - 1}"]     # the fewest: the one MatMul reading the loud token
+    kinds = [n.op_type for n in q.graph.node]
+    assert kinds.count("MatMulInteger") == len(ws) - 1 and kinds.count("MatMul") == 1
+    got = _int8_answers(q, fresh)
+    assert np.isfinite(got).all() and _cosines(got, want).min() > 0.99
+    assert np.abs(got - want).max() > 1e-4   # still int8 elsewhere
+
+
+@pytest.mark.parametrize("t, widths", [(32, (16, 64, 16)), (20, (24, 40, 40, 10))])
+def test_an_outlier_channel_is_smoothed_not_kept_float32_when_asked(t, widths):
+    rng = np.random.default_rng(100 + t)
+    model, ws, add, mul = _chain(rng, t, widths, ("channel", 20.0))
+    calib = [{"x": rng.standard_normal((4, t, widths[0])).astype(np.float32)}]
+    fresh = rng.standard_normal((3, t, widths[0])).astype(np.float32)
+    want = _chain_reference(fresh, ws, add, mul)
+    assert _cosines(_int8_answers(quantize_onnx.dynamic(model, "int8", bar=None), fresh), want).min() < 0.99
+    info = {}
+    q = quantize_onnx.dynamic(model, "int8", feeds=calib, smooth=True, report=info)
+    assert info["smoothed"] == [f"mm{len(ws) - 1}"] and info["kept_float"] == []
+    assert [n.op_type for n in q.graph.node].count("MatMulInteger") == len(ws)
+    got = _int8_answers(q, fresh)
+    assert _cosines(got, want).min() > 0.99 and np.abs(got - want).max() > 1e-4
+
+
+def test_a_model_int8_already_agrees_with_is_left_as_the_quantizer_makes_it():
+    rng = np.random.default_rng(7)
+    model, *_ = _chain(rng, 12, (16, 16, 8), ("channel", 1.0))
+    info = {}
+    q = quantize_onnx.dynamic(model, "int8", report=info)   # inputs read from the graph
+    assert info["agreement"] >= quantize_onnx.AGREEMENT and info["smoothed"] == [] == info["kept_float"]
+    assert "Mul" not in [n.op_type for n in q.graph.node if n.name.endswith("/smooth")]
+
+
+def test_sample_feeds_reads_ids_tables_and_masks_from_the_graph():
+    from onnx import TensorProto, helper, numpy_helper
+    table = numpy_helper.from_array(np.ones((50, 4), np.float32), "table")
+    nodes = [helper.make_node("Add", ["ids", "one"], ["ids1"]), helper.make_node("Gather", ["table", "ids1"], ["e"]),
+             helper.make_node("Cast", ["mask"], ["m"], to=TensorProto.FLOAT),
+             helper.make_node("Unsqueeze", ["m", "axes"], ["m3"]), helper.make_node("Mul", ["e", "m3"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("ids", TensorProto.INT64, [None, 10]),
+                                           helper.make_tensor_value_info("mask", TensorProto.INT32, [None, 10])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [table, numpy_helper.from_array(np.array(0, np.int64), "one"),
+                               numpy_helper.from_array(np.array([2], np.int64), "axes")])
+    feeds = quantize_onnx.sample_feeds(helper.make_model(graph), batch=4)
+    ids, mask = feeds["ids"], feeds["mask"]
+    assert ids.shape == mask.shape == (4, 10) and ids.dtype == np.int64 and mask.dtype == np.int32
+    assert ids.min() >= 0 and ids.max() < 50 and len(np.unique(ids)) > 5
+    assert mask.sum(1).tolist() == sorted(mask.sum(1).tolist()) and mask.sum(1)[0] == 2 and mask.sum(1)[-1] == 10
+    assert (np.diff(mask, axis=1) <= 0).all() and (ids[mask == 0] == 0).all()
