@@ -120,3 +120,21 @@ def litert_lib():
         return runtime.library()
     except native.BuildError as e:
         pytest.fail(f"the LiteRT kernels do not build here: {e}")
+
+
+@pytest.fixture(scope="session")
+def op_new_scaffold(tmp_path_factory):
+    """`bridge op new FusedBiasRelu`'s folder, made once for tests/test_op_new_ort.py and
+    tests/test_op_new_litert.py (each made its own, identical one, and its own SavedModel
+    from it). Read only: a test that changes a kernel copies the folder apart first."""
+    from test_op_new_ort import _scaffold
+    folder, stdout = _scaffold(tmp_path_factory.mktemp("op_new") / "fused_bias_relu", with_stdout=True)
+    assert f"--litert-library {folder / 'litert'}" in stdout, stdout
+    return folder
+
+
+@pytest.fixture(scope="session")
+def op_new_savedmodel(op_new_scaffold, tmp_path_factory):
+    """A SavedModel holding the scaffolded op (its TensorFlow build), for both modules above."""
+    from test_op_new_ort import make_savedmodel
+    return make_savedmodel(op_new_scaffold, tmp_path_factory.mktemp("op_new_sm") / "sm")

@@ -7,6 +7,7 @@ import subprocess
 import pytest
 
 from bridge import native
+from conftest import run_cli
 
 
 def test_a_missing_compiler_names_the_fix(monkeypatch):
@@ -75,13 +76,11 @@ def test_a_failed_build_names_a_target_bridge_build_accepts():
     assert names <= set(build.TARGETS + build.ON_REQUEST), names - set(build.TARGETS + build.ON_REQUEST)
 
 
-def test_bridge_build_refuses_an_unknown_target_naming_the_choices():
-    import subprocess
-    import sys
-    done = subprocess.run([sys.executable, "-m", "bridge", "build", "nope"], capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode == 2, done.stderr
-    assert "unknown target 'nope'; choose from tf_ops, ort, cuda_harness, cuda_emulator" in done.stderr
+def test_bridge_build_refuses_an_unknown_target_naming_the_choices(capsys):
+    # in this process: `python -m bridge`'s own exit codes are tests/test_export_onnx.py's test_python_dash_m
+    rc, _, err = run_cli(capsys, "build", "nope")
+    assert rc == 2, err
+    assert "unknown target 'nope'; choose from tf_ops, ort, cuda_harness, cuda_emulator" in err
 
 
 def test_missing_cuda_headers_name_the_fix(monkeypatch, tmp_path):

@@ -22,7 +22,7 @@ pytest.importorskip("ai_edge_litert", reason="ai-edge-litert is not installed (p
 
 from bridge.litert import runtime, team_libraries  # noqa: E402
 from bridge.litert.one_op import one_op_model  # noqa: E402
-from test_op_new_ort import OP, savedmodel, spec  # noqa: E402,F401 (fixtures on this module's scaffold)
+from test_op_new_ort import OP, savedmodel, spec  # noqa: E402,F401 (fixtures on the scaffold conftest shares)
 from test_team_litert_library import _build, _outcomes  # noqa: E402 (_build skips where LiteRT cannot build)
 from test_team_ops import _bridge  # noqa: E402
 
@@ -32,12 +32,10 @@ ALPHAS = (None, 2.5, -0.75)  # None: the node's options have no alpha
 
 
 @pytest.fixture(scope="module")
-def scaffold(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("op_new_litert") / "fused_bias_relu"
-    done = _bridge("op", "new", OP, "-o", folder)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert f"--litert-library {folder / 'litert'}" in done.stdout, done.stdout
-    return folder
+def scaffold(op_new_scaffold):
+    """conftest's `bridge op new` folder (its --litert-library line checked there), shared with
+    tests/test_op_new_ort.py: one scaffold and one SavedModel for both."""
+    return op_new_scaffold
 
 
 @pytest.fixture(scope="module")

@@ -25,16 +25,17 @@ SHAPES = [(7,), (1,), (1, 1), (3, 33), (2, 5, 17), (2, 1, 1, 9), (0, 4), (4, 0),
 
 
 @pytest.fixture(scope="module")
-def scaffold(tmp_path_factory):
-    """The files as test_team_ops's scaffold has them: the two share one TensorFlow build."""
-    return _scaffold(tmp_path_factory.mktemp("op_new") / "fused_bias_relu")
+def scaffold(op_new_scaffold):
+    """The files as test_team_ops's scaffold has them: the two share one TensorFlow build
+    (conftest's, shared with tests/test_op_new_litert.py)."""
+    return op_new_scaffold
 
 
-def _scaffold(folder, *args):
+def _scaffold(folder, *args, with_stdout=False):
     done = _bridge("op", "new", OP, *args, "-o", folder)
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"--ort-library {folder / 'ort'}" in done.stdout, done.stdout
-    return folder
+    return (folder, done.stdout) if with_stdout else folder
 
 
 @pytest.fixture(scope="module")
@@ -166,13 +167,17 @@ def _parity(scaffold, saved, ort_library, report):
                    "--json", report)
 
 
-@pytest.fixture(scope="module")
-def savedmodel(scaffold, tmp_path_factory):
-    saved = tmp_path_factory.mktemp("op_new_sm") / "sm"
+def make_savedmodel(scaffold, saved):
     made = subprocess.run([sys.executable, "-c", SAVEDMODEL_SCRIPT, str(scaffold), str(saved)], capture_output=True,
                           text=True, timeout=600)
     assert made.returncode == 0, made.stderr[-3000:]
     return saved
+
+
+@pytest.fixture(scope="module")
+def savedmodel(op_new_savedmodel):
+    """conftest's, made once for this module and tests/test_op_new_litert.py."""
+    return op_new_savedmodel
 
 
 def test_parity_runs_the_scaffolded_op_on_its_ort_kernel(scaffold, library, savedmodel, tmp_path):
