@@ -32,15 +32,13 @@ import argparse
 import contextlib
 import json
 import os
-import subprocess
 import sys
-import time
 
 import numpy as np
 import onnx
 from onnx import helper
 
-from _common import alternating_medians, machine_line
+from _common import alternating_medians, machine_line, one_core_busy
 from bridge import onnx_plugins, ops
 from bridge.onnx_plugins.one_op import one_op_model
 from bridge.table import render
@@ -118,18 +116,6 @@ def _env(values):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-
-
-@contextlib.contextmanager
-def one_core_busy():
-    """Another process spinning on one core while the block runs."""
-    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    try:
-        time.sleep(0.3)  # let it start spinning
-        yield
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 def sessions(roads, threads):
