@@ -40,6 +40,7 @@
 #include <vector>
 
 #include <omp.h>
+#include <sched.h>
 
 #include "oneapi/dnnl/dnnl.hpp"
 
@@ -101,7 +102,13 @@ inline dnnl::primitive_attr UserScratchpad(dnnl::primitive_attr attr = {}) {
 // Pieces of work per host thread: enough for the pool to even out a thread that
 // shares its core with another process.
 constexpr int64_t kPiecesPerThread = 4;
-inline int64_t HostThreads() { return std::max<int64_t>(1, std::thread::hardware_concurrency()); }
+// The CPUs this process may run on (a container's or taskset's share, not the
+// machine's): a pool larger than that only time-slices.
+inline int64_t HostThreads() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max<int64_t>(1, std::thread::hardware_concurrency());
+}
 // A cost per item that makes every host give each item a task of its own.
 constexpr int64_t kOwnTask = int64_t{1} << 24;
 
