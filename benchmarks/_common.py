@@ -5,7 +5,10 @@ sys.path); imports neither TensorFlow nor onnxruntime itself.
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import subprocess
+import sys
 import time
 from typing import Callable, Dict, Hashable, Mapping, Optional, Sequence, Tuple
 
@@ -94,3 +97,16 @@ def machine_line() -> str:
             if flags is not None:
                 parts.append(f"{what} flags: {' '.join(flags) or 'none (portable)'}")
     return "# " + "; ".join(parts)
+
+
+@contextlib.contextmanager
+def one_core_busy():
+    """Another process spinning on one core while the block runs: a kernel that
+    is fast alone and collapses when it cannot have every core is not fast."""
+    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)  # let it start spinning
+        yield
+    finally:
+        proc.kill()
+        proc.wait()

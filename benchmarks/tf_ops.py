@@ -1,7 +1,7 @@
 """TensorFlow op speeds: each fused op against what TensorFlow runs without it,
 side by side in one run.
 
-    python benchmarks/tf_ops.py [--repeat 20] [--json] [--quick] [--only fln,fln_grad,conv,composite]
+    python benchmarks/tf_ops.py [--repeat 20] [--json] [--quick] [--only fln,fln_grad,conv,composite] [--busy]
 
 Rows (ratio = baseline time / fused time: > 1 means the fused op is faster):
   FusedLayerNorm   vs the native composition (moments + rsqrt) and vs Keras
@@ -22,11 +22,13 @@ Rows (ratio = baseline time / fused time: > 1 means the fused op is faster):
                    composite (standard TF ops), eager and tf.function, at its
                    TF_BENCH_SHAPES (the op folder's bench.py), else its large case-table rows.
 Rounds alternate between the contenders so drift on a shared machine hits both
-alike; times are medians.
+alike; times are medians. --busy: the whole run with one core held by another
+process (the ops run on TensorFlow's own pool, as its kernels do).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -38,7 +40,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from tensorflow.python.framework import op_def_registry  # noqa: E402
 
-from _common import chosen, freeze, median_pair, target_note, machine_line  # noqa: E402
+from _common import chosen, freeze, median_pair, one_core_busy, target_note, machine_line  # noqa: E402
 from bridge import ops as specs  # noqa: E402
 from bridge import tf_ops  # noqa: E402
 from bridge.table import render  # noqa: E402
@@ -312,17 +314,19 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="the smaller shapes only")
     p.add_argument("--only", default=",".join(BENCHES), help=f"comma-separated subset of {','.join(BENCHES)}")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
+    p.add_argument("--busy", action="store_true", help="the whole run with one core busy (another process spinning)")
     args = p.parse_args(argv)
     rng = np.random.default_rng(0)
-    rows = [r for name in chosen(p, args.only, list(BENCHES)) for r in BENCHES[name](rng, args.repeat, args.quick)]
+    with one_core_busy() if args.busy else contextlib.nullcontext():
+        rows = [r for name in chosen(p, args.only, list(BENCHES)) for r in BENCHES[name](rng, args.repeat, args.quick)]
     if args.json:
         json.dump({"tensorflow": tf.__version__, "cpus": os.cpu_count(), "repeat": args.repeat,
-                   "load_average": os.getloadavg(), "rows": rows},
+                   "one_core_busy": args.busy, "load_average": os.getloadavg(), "rows": rows},
                   sys.stdout, indent=1)
         print()
         return 0
     fmt = lambda v, spec: "-" if v is None else format(v, spec)
-    print(machine_line())
+    print(machine_line() + ("; one core busy (another process spinning)" if args.busy else ""))
     print(render(["op", "shape", "mode", "versus", "ours ms", "baseline ms", "ratio", "target", "note"],
                  [[r["op"], r["shape"], r["mode"], r["versus"], fmt(r["ours_ms"], ".3f"), fmt(r["baseline_ms"], ".3f"),
                    "-" if r["ratio"] is None else f"{r['ratio']:.2f}x", r["target"], r["note"]] for r in rows]))

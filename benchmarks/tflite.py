@@ -2,13 +2,14 @@
 with litert/ registered) against the lowered export (TFLite builtins,
 XNNPack on), side by side in one run, per op and on YOLOv3-416.
 
-    python benchmarks/tflite.py [--repeat 20] [--quick] [--only ops,yolov3-416] [--json]
+    python benchmarks/tflite.py [--repeat 20] [--quick] [--only ops,yolov3-416] [--json] [--no-busy]
 
 Both roads run on the same harness (LiteRT's CompiledModel, CPU accelerator:
 XNNPack takes every builtin it supports; custom ops run on the interpreter's
-thread, bridge's convolution on oneDNN's OpenMP threads). Rounds alternate
+thread, spreading their loops over an OpenMP team). Rounds alternate
 between the roads; the table shows medians and lowered/custom (>1: custom is
-faster). Goal (issue 17): YoloConvBnLeaky at least as fast as XNNPack's CONV_2D +
+faster), quiet and then with one core busy (another process spinning;
+--no-busy: quiet only). Goal (issue 17): YoloConvBnLeaky at least as fast as XNNPack's CONV_2D +
 LEAKY_RELU, the other ops faster.
 """
 from __future__ import annotations
@@ -20,7 +21,7 @@ import sys
 
 import numpy as np
 
-from _common import alternating_medians, chosen, machine_line, target_note
+from _common import alternating_medians, chosen, machine_line, one_core_busy, target_note
 from bridge.table import render
 
 TARGET = 1.0  # lowered/custom: every op's custom kernel at least as fast (issue 17), and the whole model
@@ -55,18 +56,23 @@ def _op_cases(rng, quick):
                    {name: rng.standard_normal(shapes[0]).astype(np.float32)})
 
 
-def _time(custom_data, lowered_data, feeds, repeat):
+def _time(custom_data, lowered_data, feeds, repeat, busy):
+    """(quiet medians, rounds, max relative difference, medians with one core busy or None)."""
     from bridge.litert import runtime
     custom = runtime.Model(custom_data, custom=True)
     lowered = runtime.Model(lowered_data, custom=False)
     got, ref = custom.run(feeds), lowered.run(feeds)
     err = max(float(np.max(np.abs(got[k].astype(np.float64) - ref[k]) / np.maximum(1, np.abs(ref[k]))))
               for k in ref if ref[k].size)
-    med, rounds = alternating_medians({"custom": lambda: custom.run(feeds), "lowered": lambda: lowered.run(feeds)},
-                                      repeat, warmup=2)
+    fns = {"custom": lambda: custom.run(feeds), "lowered": lambda: lowered.run(feeds)}
+    med, rounds = alternating_medians(fns, repeat, warmup=2)
+    loaded = None
+    if busy:
+        with one_core_busy():
+            loaded, _ = alternating_medians(fns, repeat, warmup=2)
     custom.close()
     lowered.close()
-    return med, rounds, err
+    return med, rounds, err, loaded
 
 
 def main(argv=None) -> int:
@@ -75,6 +81,7 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer shapes")
     parser.add_argument("--only", default="ops,yolov3-416", help="ops and/or yolov3-416")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--no-busy", action="store_true", help="quiet only: no second run with one core busy")
     args = parser.parse_args(argv)
     parts = chosen(parser, args.only, ["ops", "yolov3-416"])
     from bridge.converters import export_tflite as ex
@@ -85,8 +92,7 @@ def main(argv=None) -> int:
     if "ops" in parts:
         for op, case, fn, specs, names, feeds in _op_cases(rng, args.quick):
             data = {m: ex.convert(fn, specs, names, mode=m) for m in ("custom", "lowered")}
-            med, rounds, err = _time(data["custom"], data["lowered"], feeds, args.repeat)
-            rows.append((op, case, med, rounds, err))
+            rows.append((op, case, *_time(data["custom"], data["lowered"], feeds, args.repeat, not args.no_busy)))
     if "yolov3-416" in parts:
         from bridge.parity import open_source
         from bridge.parity.runtimes.tflite import exported
@@ -97,14 +103,19 @@ def main(argv=None) -> int:
                      for i in source.inputs}
         finally:
             source.close()
-        med, rounds, err = _time(data["custom"], data["lowered"], feeds, max(3, args.repeat // 4))
-        rows.append(("yolov3-416", "whole model", med, rounds, err))
+        rows.append(("yolov3-416", "whole model",
+                     *_time(data["custom"], data["lowered"], feeds, max(3, args.repeat // 4), not args.no_busy)))
     table = []
-    for op, case, med, rounds, err in rows:
+    for op, case, med, rounds, err, loaded in rows:
         ratio = med["lowered"] / med["custom"]
-        table.append({"op": op, "case": case, "custom ms": round(med["custom"] * 1e3, 3),
-                      "lowered+XNNPack ms": round(med["lowered"] * 1e3, 3), "lowered/custom": round(ratio, 2),
-                      "max rel diff": f"{err:.1e}", "rounds": rounds, "target": target_note(ratio, TARGET)})
+        row = {"op": op, "case": case, "custom ms": round(med["custom"] * 1e3, 3),
+               "lowered+XNNPack ms": round(med["lowered"] * 1e3, 3), "lowered/custom": round(ratio, 2)}
+        if loaded:
+            row.update({"busy: custom ms": round(loaded["custom"] * 1e3, 3),
+                        "busy: lowered ms": round(loaded["lowered"] * 1e3, 3),
+                        "busy: lowered/custom": round(loaded["lowered"] / loaded["custom"], 2)})
+        row.update({"max rel diff": f"{err:.1e}", "rounds": rounds, "target": target_note(ratio, TARGET)})
+        table.append(row)
     if args.json:
         print(json.dumps({"machine": machine_line(), "litert": runtime.litert_version(),
                           "omp_threads": os.environ.get("OMP_NUM_THREADS"), "rows": table}, indent=1))

@@ -145,9 +145,11 @@ def session(model_or_path, *, kernels: Union[str, Sequence[str]] = "fastest", th
     `kernels` ("fastest", "all", "none" or op types) registered; every other
     com.bridge op runs its model-local function (added here if the model lacks it).
     `threads` sets intra_op_num_threads; `options` is a SessionOptions to start from.
-    With a kernel on oneDNN (OpenMP threads: YoloConvBnLeaky's) onnxruntime's idle
-    threads do not spin (SPINNING_KEY "0") unless `options` says otherwise:
-    spinning, they took the convolutions' cores (YOLOv3-416 2x slower on 2 cores).
+    The kernels run on the session's own intra-op threads. Only where
+    YoloConvBnLeaky's oneDNN is told to use its own OpenMP team
+    (BRIDGE_DNNL_THREADS=openmp) do onnxruntime's idle threads not spin
+    (SPINNING_KEY "0") unless `options` says otherwise: spinning, they took the
+    team's cores (YOLOv3-416 2x slower on 2 cores).
 
     A path goes to onnxruntime as it is (no re-serialisation: models over 2 GB
     with external data work) unless a com.bridge op without a native kernel has
@@ -182,9 +184,9 @@ def session(model_or_path, *, kernels: Union[str, Sequence[str]] = "fastest", th
         source = path if path is not None else model.SerializeToString()
     if threads:
         so.intra_op_num_threads = threads
-    # an op whose road depends on oneDNN (FASTEST_WITHOUT_ONEDNN) runs its kernel on oneDNN's threads
-    if any(n in FASTEST_WITHOUT_ONEDNN for n in names) and not _has_config(so, SPINNING_KEY) and library_has_onednn():
-        # oneDNN's OpenMP threads and onnxruntime's spinning ones would share the cores
+    if (os.environ.get("BRIDGE_DNNL_THREADS") == "openmp" and any(n in FASTEST_WITHOUT_ONEDNN for n in names)
+            and not _has_config(so, SPINNING_KEY) and library_has_onednn()):
+        # oneDNN's OpenMP team and onnxruntime's spinning threads would share the cores
         so.add_session_config_entry(SPINNING_KEY, "0")
     own = [n for n in names if _specs.is_builtin(_specs.get(n))]
     if own:

@@ -100,6 +100,34 @@ def run_cli(capsys, *argv):
     return rc, out, err
 
 
+_TF_EMPTY_BATCH = None
+
+
+def tf_conv_breaks_on_empty_batches() -> bool:
+    """Whether this TensorFlow's fused Conv2D (Conv2D + BiasAdd + activation as
+    grappler's remapper fuses them, on oneDNN) mishandles an empty batch: TF 2.21 on
+    an AVX-512 CPU (AMD Zen 5) hands the *input* on, so the next convolution sees
+    the wrong channel count ("input depth must be evenly divisible by filter
+    depth"), and a too-short Conv1D input reads garbage instead of failing. A
+    TensorFlow bug: where a test's reference is TensorFlow itself, an empty
+    batch's reference is then the shape of a batch of one, emptied."""
+    global _TF_EMPTY_BATCH
+    if _TF_EMPTY_BATCH is None:
+        import tensorflow as tf
+        w1, b1 = tf.ones((3, 3, 3, 5)), tf.ones(5)
+        w2, b2 = tf.ones((3, 3, 5, 4)), tf.ones(4)
+
+        @tf.function(autograph=False)
+        def two_convs(x):
+            h = tf.nn.leaky_relu(tf.nn.bias_add(tf.nn.conv2d(x, w1, 1, "SAME"), b1), 0.1)
+            return tf.nn.leaky_relu(tf.nn.bias_add(tf.nn.conv2d(h, w2, 1, "SAME"), b2), 0.1)
+        try:
+            _TF_EMPTY_BATCH = tuple(two_convs(tf.zeros((0, 9, 7, 3))).shape) != (0, 9, 7, 4)
+        except Exception:  # noqa: BLE001 - the bug shows as TensorFlow's own error
+            _TF_EMPTY_BATCH = True
+    return _TF_EMPTY_BATCH
+
+
 def onednn_has_f32_brgemm() -> bool:
     """oneDNN 3.2 (the PyPI 2023.2 build) has its brgemm matmul, Winograd's batched GEMMs, only on AVX-512 cores
     (avx512_core); on an AVX2 CPU (AMD Zen 2) bridge's Winograd plan finds none and takes the direct convolution."""

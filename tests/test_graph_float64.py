@@ -12,6 +12,7 @@ tf = pytest.importorskip("tensorflow")
 
 import graph_models as gm_models  # noqa: E402
 from bridge.parity import graph_float64  # noqa: E402
+from conftest import tf_conv_breaks_on_empty_batches  # noqa: E402
 from bridge.parity.float64 import NoFloat64  # noqa: E402
 
 EPS = 1e-3
@@ -59,6 +60,8 @@ def block(tmp_path_factory):
 
 @pytest.mark.parametrize("batch", [1, 3, 0])
 def test_a_fused_batch_norm_graph_runs_in_float64_as_numpy_does(block, batch):
+    if batch == 0 and tf_conv_breaks_on_empty_batches():
+        pytest.skip("TensorFlow's fused Conv2D mishandles an empty batch on this CPU (its bug: the graph itself fails)")
     module, graph = block
     x = np.random.default_rng(batch).standard_normal((batch, 9, 7, 3)).astype("float32")
     got = graph_float64.outputs(graph, ["y"], {"image": x})["y"]

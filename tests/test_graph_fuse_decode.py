@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from bridge.converters.graph_fuse import fuse_graph
+from conftest import tf_conv_breaks_on_empty_batches
 from bridge.ops import yolo_decode as _decode
 
 TINY = dict(input_size=96, width=0.25)
@@ -41,13 +42,23 @@ def tiny(tmp_path_factory):
     return model, folder, fused, report
 
 
+def _batches(*sizes):
+    """The batch sizes a graph is run at in TensorFlow: not the empty one where
+    TensorFlow's own fused Conv2D mishandles it (conftest.tf_conv_breaks_on_empty_batches:
+    the graphs' plain convolutions are TensorFlow's)."""
+    return [b for b in sizes if b or not tf_conv_breaks_on_empty_batches()]
+
+
 def _tiny_reference(model, x):
     """boxes, objectness, class_probs in float64: the model's raw heads (Keras)
     through the op's numpy reference, concatenated as the model does."""
     import keras
     from bridge.models.yolo import YOLOV3_TINY_ANCHORS
     heads = keras.Model(model.input, [model.get_layer(f"head_s{s}").output for s in (32, 16)])
-    raws = heads(x, training=False)
+    if len(x) == 0 and tf_conv_breaks_on_empty_batches():  # TensorFlow's bug: the heads' shapes, emptied
+        raws = [np.asarray(r)[:0] for r in heads(np.ones((1, *x.shape[1:]), x.dtype), training=False)]
+    else:
+        raws = heads(x, training=False)
     parts = [_decode.SPEC.reference(np.asarray(r, np.float64), anchors=np.ravel(YOLOV3_TINY_ANCHORS[s]).tolist(),
                                     num_classes=80, stride=s, scale_x_y=1.0) for s, r in zip((32, 16), raws)]
     return [np.concatenate([p[k] for p in parts], axis=1) for k in range(3)]
@@ -70,7 +81,7 @@ def test_builtin_tiny_savedmodel_fuses_what_its_keras_road_fuses(tiny):
     assert counts.get("YoloDecode") == 2
     assert not {"Sigmoid", "Exp", "SplitV", "Range"} & set(counts), counts
     unfused = load(str(folder))
-    for batch in (1, 2, 0):
+    for batch in _batches(1, 2, 0):
         x = np.random.default_rng(batch).random((batch, 96, 96, 3)).astype("float32")
         want = _tiny_reference(model, x)
         for graph in (unfused, fused):
@@ -275,7 +286,7 @@ def test_a_hand_written_module_decode_fuses_and_its_near_misses_stay(decoders):
     assert found == {((10.0, 14.0, 23.0, 27.0, 37.0, 58.0), 3): (32, 1.0), ((81.0, 82.0, 135.0, 169.0), 1): (32, 1.05),
                      ((50.0, 70.0), 2): (224, 1.0), ((12.0, 16.0, 19.0, 36.0), 2): (32, 1.0)}, found
     unfused = load(str(folder))
-    for batch in (1, 3, 0):
+    for batch in _batches(1, 3, 0):
         rng = np.random.default_rng(batch)
         inputs = {k: rng.standard_normal((batch, *FED[k], CHANNELS)).astype("float32") for k in GRIDS}
         want = _module_reference(inputs)

@@ -2,6 +2,7 @@
 the ones that run when registered, and bad input makes Run fail clearly."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -303,6 +304,10 @@ CONSTANT_CONVS = [
     (8, 33, 1, (1, 1), (0, 0, 0, 0), (1, 1), [(2, 5, 3)], "onednn-direct"),
     (4, 6, 3, (1, 1), (2, 2, 2, 2), (2, 2), [(1, 7, 9)], "onednn-direct"),
     (128, 64, 3, (1, 1), (1, 1, 1, 1), (1, 1), [(1, 4, 4)], "onednn-direct"),  # too few pixels for Winograd
+    # bands of output rows on the session's threads: pads wider than the filter (whole bands of zeros
+    # up and down), a last band past the end, one row, and more images than pieces (whole images)
+    (5, 7, 3, (1, 1), (3, 1, 4, 1), (1, 1), [(1, 13, 6), (3, 1, 5), (11, 3, 4)], "onednn-direct"),
+    (6, 9, 3, (2, 2), (1, 0, 2, 1), (1, 1), [(1, 23, 7), (2, 2, 9)], "onednn-direct"),
 ]
 
 
@@ -326,6 +331,50 @@ def test_constant_weights_conv_matches_the_reference_on_its_road(library, rng, c
         assert_close("YoloConvBnLeaky", got, ref, "float32", what=f"{case} x {x.shape}")
         ran = {r for r in after if after[r] > before[r]}
         assert ran == ({expected} if got.size else set()), f"x {x.shape}"  # an empty output runs nothing
+
+
+_THREADS = r"""
+import os, sys
+import numpy as np
+from bridge import onnx_plugins
+import onnx
+model = onnx.load(sys.argv[1])
+sess = onnx_plugins.session(model, kernels=["YoloConvBnLeaky"], threads=2)
+x = np.random.default_rng(0).standard_normal((1, 40, 40, 32)).astype(np.float32)
+before = len(os.listdir("/proc/self/task"))
+for _ in range(3):
+    sess.run(None, {"x": x})
+print(before, len(os.listdir("/proc/self/task")))
+"""
+
+
+@pytest.mark.parametrize("threads", ["host", "openmp"])
+def test_onednn_conv_runs_on_the_sessions_threads(library, rng, tmp_path, threads):
+    """By default the oneDNN road starts no threads of its own (its pieces run on
+    the session's intra-op pool); BRIDGE_DNNL_THREADS=openmp, oneDNN's own team,
+    is the check that counting threads would see one."""
+    import subprocess
+    import sys
+    if not _has_onednn(library):
+        pytest.skip("the library was built without oneDNN")
+    model, _, _ = _constant_conv(rng, 32, 16, 3, (1, 1), (1, 1, 1, 1))
+    path = tmp_path / "conv.onnx"
+    path.write_bytes(model.SerializeToString())
+    env = dict(os.environ, BRIDGE_DNNL_THREADS=threads, OMP_NUM_THREADS="2")
+    out = subprocess.run([sys.executable, "-c", _THREADS, str(path)], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    before, after = map(int, out.stdout.split()[-2:])
+    assert (after == before) == (threads == "host"), (threads, before, after)
+
+
+def test_onednn_conv_threads_setting_is_checked(library, monkeypatch, rng):
+    if not _has_onednn(library):
+        pytest.skip("the library was built without oneDNN")
+    monkeypatch.setenv("BRIDGE_DNNL_THREADS", "eigen")
+    model, _, _ = _constant_conv(rng, 4, 4, 1, (1, 1), (0, 0, 0, 0))
+    with pytest.raises(Exception, match="BRIDGE_DNNL_THREADS must be host or openmp, got 'eigen'"):
+        onnx_plugins.session(model, kernels=["YoloConvBnLeaky"]).run(None, {"x": np.ones((1, 2, 2, 4), np.float32)})
 
 
 def test_constant_weights_conv_gemm_road_on_request(library, rng, monkeypatch):

@@ -222,11 +222,15 @@ def test_lowered_constant_parts_fold_in_onnxruntime(opset, tmp_path):
     assert ops == ["ReduceMean", "Sub", "LayerNormalization"], ops  # the shift, then onnxruntime's fused kernel
 
 
+@pytest.mark.parametrize("threads", ["host", "openmp"])
 @pytest.mark.parametrize("onednn", [True, False])
-def test_fastest_conv_road_depends_on_onednn(monkeypatch, onednn):
-    """The native convolution wins only on oneDNN; there, session() turns
-    onnxruntime's thread spinning off unless the caller set it."""
+def test_fastest_conv_road_depends_on_onednn(monkeypatch, onednn, threads):
+    """The native convolution wins only on oneDNN. It runs on the session's own
+    threads; only with oneDNN on its own OpenMP team (BRIDGE_DNNL_THREADS=openmp)
+    does session() turn onnxruntime's thread spinning off, unless the caller set it."""
     monkeypatch.setattr(onnx_plugins, "library_has_onednn", lambda path=None: onednn)
+    monkeypatch.setenv("BRIDGE_DNNL_THREADS", threads)
+    team = onednn and threads == "openmp"
     assert ("YoloConvBnLeaky" in onnx_plugins.native_ops("fastest")) == onednn
     example = _example("YoloConvBnLeaky", "same-s1")
     model = one_op_model("YoloConvBnLeaky", example.cast("float32"), example.onnx_attrs, opset=17)
@@ -237,7 +241,7 @@ def test_fastest_conv_road_depends_on_onednn(monkeypatch, onednn):
             return sess.get_session_options().get_session_config_entry(key)
         except RuntimeError:
             return None
-    assert spinning(onnx_plugins.session(model, kernels=["YoloConvBnLeaky"])) == ("0" if onednn else None)
+    assert spinning(onnx_plugins.session(model, kernels=["YoloConvBnLeaky"])) == ("0" if team else None)
     assert spinning(onnx_plugins.session(model, kernels=["YoloDecode"])) is None
     so = ort.SessionOptions()
     so.add_session_config_entry(key, "1")

@@ -6,6 +6,14 @@
 // matmul between them -- where it applies. Plain pointers, sizes and dnnl
 // objects only; threads come from the caller (ParallelFor below).
 //
+// Threads: by default (BRIDGE_DNNL_THREADS=host) every primitive is made and run
+// with one OpenMP thread, and the work is spread over the host runtime's own pool:
+// bands of output rows for the direct convolution (one geometry for all bands,
+// the edge bands read a zero-padded copy of their rows), the 16 GEMMs for
+// Winograd. oneDNN's own OpenMP team (BRIDGE_DNNL_THREADS=openmp, the old road)
+// spins beside the runtime's threads: with one core busy elsewhere it ran 3x
+// slower where onnxruntime's own convolution ran 1.6x slower (facts.md).
+//
 // Winograd F(2x2,3x3) (Lavin & Gray): each 2x2 output tile comes from a 4x4
 // input tile through 16 independent channel GEMMs, 16 multiplies per tile and
 // channel pair instead of 36 (2.25x fewer):
@@ -21,13 +29,18 @@
 
 #if BRIDGE_HAVE_DNNL
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
+
+#include <omp.h>
+#include <sched.h>
 
 #include "oneapi/dnnl/dnnl.hpp"
 
@@ -53,6 +66,52 @@ inline dnnl::engine& DnnlEngine() {
 inline bool FastImpl(const std::string& impl) { return impl.rfind("brg", 0) == 0 || impl.rfind("jit", 0) == 0; }
 inline bool Brgemm(const std::string& impl) { return impl.rfind("brg", 0) == 0; }
 
+// While alive, oneDNN sees one OpenMP thread on this thread: primitives made then
+// are single-threaded, and so are their runs (oneDNN reads the count per thread).
+struct OneThread {
+  int prev;
+  OneThread() : prev(omp_get_max_threads()) { omp_set_num_threads(1); }
+  ~OneThread() { omp_set_num_threads(prev); }
+  OneThread(const OneThread&) = delete;
+  OneThread& operator=(const OneThread&) = delete;
+};
+
+// A 64-byte-aligned buffer of this thread's, `Slot` naming which (the primitives'
+// scratchpads, a band's padded rows): pieces run concurrently on the host's threads.
+template <int Slot>
+inline char* ThreadBuffer(size_t bytes) {
+  thread_local std::unique_ptr<char[]> buf;
+  thread_local size_t cap = 0;
+  if (bytes + 64 > cap) {
+    cap = bytes + 64;
+    buf.reset(new char[cap]);
+  }
+  return reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(buf.get()) + 63) & ~uintptr_t{63});
+}
+
+// The scratchpad argument of a primitive made with scratchpad_mode::user.
+inline dnnl::memory Scratch(const dnnl::memory::desc& md) {
+  return dnnl::memory(md, DnnlEngine(), ThreadBuffer<0>(md.get_size()));
+}
+
+inline dnnl::primitive_attr UserScratchpad(dnnl::primitive_attr attr = {}) {
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+// Pieces of work per host thread: enough for the pool to even out a thread that
+// shares its core with another process.
+constexpr int64_t kPiecesPerThread = 4;
+// The CPUs this process may run on (a container's or taskset's share, not the
+// machine's): a pool larger than that only time-slices.
+inline int64_t HostThreads() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max<int64_t>(1, std::thread::hardware_concurrency());
+}
+// A cost per item that makes every host give each item a task of its own.
+constexpr int64_t kOwnTask = int64_t{1} << 24;
+
 // Where Winograd beat the direct convolution on YOLOv3's layers (too few input
 // channels leave too little work per transform; benchmarks/RESULTS.md).
 inline bool WinoEligible(const ConvShape& g) {
@@ -65,10 +124,12 @@ constexpr int64_t kWinoChunkBytes = 6 << 20;  // V and M of one chunk of tiles s
 struct WinoPlan {
   ConvShape g;
   int64_t th = 0, tw = 0, tiles = 0, chunk = 0;  // tiles per GEMM chunk (the last one padded)
+  // One of the 16 GEMMs, [chunk, Cin] x [Cin, Cout]: the 16 run as pieces on the
+  // host's threads (or one after another on oneDNN's own).
   dnnl::matmul::primitive_desc pd;
   dnnl::matmul mm;
   dnnl::memory::desc src_md, dst_md, user_w_md;
-  dnnl::reorder pack;  // U [16, Cin, Cout] -> pd.weights_desc()
+  dnnl::reorder pack;  // one U[k] [Cin, Cout] -> pd.weights_desc()
 };
 
 // Null where oneDNN has no brgemm matmul for it (then Winograd is not worth it).
@@ -85,11 +146,11 @@ inline std::unique_ptr<WinoPlan> MakeWinoPlan(const ConvShape& g) {
   // Equal chunks: the last one is padded up to the chunk size, and padding is work.
   const int64_t chunks = std::max<int64_t>(1, (p->tiles * per_tile + kWinoChunkBytes - 1) / kWinoChunkBytes);
   p->chunk = (p->tiles + chunks - 1) / chunks;
-  p->src_md = dnnl::memory::desc({16, p->chunk, g.cin}, dt::f32, tag::abc);
-  p->dst_md = dnnl::memory::desc({16, p->chunk, g.cout}, dt::f32, tag::abc);
-  p->user_w_md = dnnl::memory::desc({16, g.cin, g.cout}, dt::f32, tag::abc);
-  dnnl::memory::desc w_any({16, g.cin, g.cout}, dt::f32, tag::any);
-  p->pd = dnnl::matmul::primitive_desc(DnnlEngine(), p->src_md, w_any, p->dst_md);
+  p->src_md = dnnl::memory::desc({p->chunk, g.cin}, dt::f32, tag::ab);
+  p->dst_md = dnnl::memory::desc({p->chunk, g.cout}, dt::f32, tag::ab);
+  p->user_w_md = dnnl::memory::desc({g.cin, g.cout}, dt::f32, tag::ab);
+  dnnl::memory::desc w_any({g.cin, g.cout}, dt::f32, tag::any);
+  p->pd = dnnl::matmul::primitive_desc(DnnlEngine(), p->src_md, w_any, p->dst_md, UserScratchpad());
   if (!Brgemm(p->pd.impl_info_str())) return nullptr;
   p->mm = dnnl::matmul(p->pd);
   p->pack = dnnl::reorder(dnnl::reorder::primitive_desc(DnnlEngine(), p->user_w_md, DnnlEngine(),
@@ -207,22 +268,42 @@ inline void WinoOutput(const float* m, const WinoPlan& w, int64_t t0, int64_t t_
   }
 }
 
-// The whole Winograd convolution for x -> y on the packed U (`weights`).
-// v and m hold 16 * chunk * cin and 16 * chunk * cout floats, zeros cin zeros.
-// parallel(count, cost_per_item,
-// fn(begin, end)) spreads [0, count) over the caller's threads.
+// The whole Winograd convolution for x -> y on the packed U (`u`: its 16
+// matrices). v and m hold 16 * chunk * cin and 16 * chunk * cout floats, zeros
+// cin zeros. parallel(count, cost_per_item, fn(begin, end)) spreads [0, count)
+// over the caller's threads; `host_threads`: the GEMMs too (else oneDNN's own).
 template <typename ParallelFor>
-void WinoRun(const WinoPlan& w, const dnnl::memory& weights, const float* x, const float* s, const float* b,
-             float alpha, float* v, float* m, const float* zeros, float* y, ParallelFor&& parallel) {
+void WinoRun(const WinoPlan& w, const std::vector<dnnl::memory>& u, const float* x, const float* s, const float* b,
+             float alpha, float* v, float* m, const float* zeros, float* y, bool host_threads,
+             ParallelFor&& parallel) {
   const ConvShape& g = w.g;
-  auto& engine = DnnlEngine();
-  dnnl::stream stream(engine);
-  dnnl::memory src(w.src_md, engine, v), dst(w.dst_md, engine, m);
+  auto gemms = [&](int64_t k0, int64_t k1) {
+    auto& engine = DnnlEngine();
+    dnnl::stream stream(engine);
+    for (int64_t k = k0; k < k1; ++k) {
+      dnnl::memory src(w.src_md, engine, v + k * w.chunk * g.cin), dst(w.dst_md, engine, m + k * w.chunk * g.cout);
+      w.mm.execute(stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, u[k]}, {DNNL_ARG_DST, dst},
+                            {DNNL_ARG_SCRATCHPAD, Scratch(w.pd.scratchpad_desc())}});
+    }
+    stream.wait();
+  };
   for (int64_t t0 = 0; t0 < w.tiles; t0 += w.chunk) {
     parallel(w.chunk, 40 * g.cin,
              [&](int64_t begin, int64_t end) { WinoInput(x, w, t0, t0 + begin, t0 + end, zeros, v); });
-    w.mm.execute(stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}});
-    stream.wait();
+    if (host_threads) {
+      std::atomic<bool> failed{false};  // as in Road::Run: nothing thrown across the host's pool
+      parallel(16, kOwnTask, [&](int64_t k0, int64_t k1) {
+        OneThread one;
+        try {
+          gemms(k0, k1);
+        } catch (const dnnl::error&) {
+          failed = true;
+        }
+      });
+      if (failed) throw dnnl::error(dnnl_runtime_error, "a Winograd GEMM failed");
+    } else {
+      gemms(0, 16);
+    }
     parallel(std::min(w.chunk, w.tiles - t0), 60 * g.cout, [&](int64_t begin, int64_t end) {
       WinoOutput(m, w, t0, t0 + begin, t0 + end, s, b, alpha, y);
     });
@@ -241,40 +322,26 @@ inline dnnl::primitive_attr FoldPostOps(const dnnl::memory::desc& channel_md, fl
   ops.append_eltwise(dnnl::algorithm::eltwise_relu, alpha, 0.0f);  // relu with a slope is LeakyReLU
   dnnl::primitive_attr attr;
   attr.set_post_ops(ops);
-  return attr;
+  return UserScratchpad(attr);
 }
 
 // What primitive creation (~ms each) produced for one geometry:
 //   plain    the brgemm convolution reading the HWIO filter in place (null where
 //            oneDNN has no fast kernel for that layout);
 //   blocked  the convolution on oneDNN's own weights layout (10-40% faster than
-//            plain on YOLOv3's weight-heavy 3x3 layers), fed by `pack`. On first use;
-//   wino     the Winograd plan where WinoEligible. On first use.
+//            plain on YOLOv3's weight-heavy 3x3 layers), fed by `pack`. On first use.
 struct DnnlConv {
   ConvShape g;
   dnnl::memory::desc src_md, user_weights_md, dst_md, channel_md;
   dnnl::memory::dims strides, dilations, pad_l, pad_r;
   float alpha = 0.1f;
+  dnnl::convolution_forward::primitive_desc plain_pd;
   std::unique_ptr<dnnl::convolution_forward> plain;
   std::once_flag blocked_once;
   bool blocked_ok = false, blocked_brgemm = false;
   dnnl::convolution_forward::primitive_desc blocked_pd;
   dnnl::convolution_forward blocked;
   dnnl::reorder pack;
-  std::once_flag wino_once;
-  std::unique_ptr<WinoPlan> wino;
-
-  bool EnsureWino() {
-    std::call_once(wino_once, [this] {
-      if (!WinoEligible(g)) return;
-      try {
-        wino = MakeWinoPlan(g);
-      } catch (const dnnl::error&) {
-        wino = nullptr;
-      }
-    });
-    return wino != nullptr;
-  }
 
   // Thread-safe; false where oneDNN has no implementation.
   bool EnsureBlocked() {
@@ -320,12 +387,82 @@ inline std::shared_ptr<DnnlConv> MakeDnnlConv(const ConvShape& g, float alpha, b
           DnnlEngine(), dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, p->src_md,
           p->user_weights_md, p->dst_md, p->strides, p->dilations, p->pad_l, p->pad_r,
           FoldPostOps(p->channel_md, alpha));
-      if (FastImpl(pd.impl_info_str())) p->plain = std::make_unique<dnnl::convolution_forward>(pd);
+      if (FastImpl(pd.impl_info_str())) {
+        p->plain_pd = pd;
+        p->plain = std::make_unique<dnnl::convolution_forward>(pd);
+      }
     } catch (const dnnl::error&) {
     }
   }
   if (!p->plain && !p->EnsureBlocked()) return nullptr;
   return p;
+}
+
+// The direct convolution as `pieces` runs of one geometry `g` (n = 1 unless
+// whole): each image whole (its pads as given), or in bands of g.oh output rows
+// with no pads up or down, where a band whose rows leave the image (the pads)
+// reads a zero-filled copy of them and one past the last row writes to a copy.
+// One geometry: one primitive and one packed filter serve every band.
+struct Bands {
+  ConvShape full, g;
+  int64_t per_image = 1, pieces = 1;
+  bool whole = true;  // one piece: `full` itself, on oneDNN's own threads
+};
+
+inline Bands PlanBands(const ConvShape& f, bool host_threads) {
+  Bands b;
+  b.full = b.g = f;
+  if (!host_threads) return b;
+  b.whole = false;
+  b.g.n = 1;
+  b.pieces = f.n;
+  const int64_t want = kPiecesPerThread * HostThreads();
+  if (f.n >= want || f.oh < 2) return b;
+  int64_t per = std::min(f.oh, (want + f.n - 1) / f.n);
+  const int64_t rows = (f.oh + per - 1) / per;
+  per = (f.oh + rows - 1) / rows;
+  if (per < 2) return b;
+  b.per_image = per;
+  b.pieces = f.n * per;
+  b.g.oh = rows;
+  b.g.h = (rows - 1) * f.sh + (f.kh - 1) * f.dh + 1;
+  b.g.pad_top = b.g.pad_bottom = 0;
+  return b;
+}
+
+// Runs band `p`: the primitive on its input rows (or their padded copy) into its
+// output rows (or a copy, then the rows that exist).
+template <typename Exec>
+void RunBand(const Bands& b, int64_t p, const float* x, float* y, Exec&& exec) {
+  const ConvShape &f = b.full, &g = b.g;
+  const int64_t n = p / b.per_image, r0 = (p % b.per_image) * g.oh;
+  const int64_t row_in = f.w * f.cin, row_out = f.ow * f.cout;
+  if (b.per_image == 1) {
+    exec(x + n * f.h * row_in, y + n * f.oh * row_out);
+    return;
+  }
+  const int64_t iy0 = r0 * f.sh - f.pad_top;
+  const float* src = x + (n * f.h + iy0) * row_in;
+  if (iy0 < 0 || iy0 + g.h > f.h) {
+    float* copy = reinterpret_cast<float*>(ThreadBuffer<1>(sizeof(float) * g.h * row_in));
+    for (int64_t r = 0; r < g.h; ++r) {
+      const int64_t iy = iy0 + r;
+      if (iy >= 0 && iy < f.h)
+        std::memcpy(copy + r * row_in, x + (n * f.h + iy) * row_in, sizeof(float) * row_in);
+      else
+        std::memset(copy + r * row_in, 0, sizeof(float) * row_in);
+    }
+    src = copy;
+  }
+  float* dst = y + (n * f.oh + r0) * row_out;
+  const int64_t rows = std::min(g.oh, f.oh - r0);
+  if (rows == g.oh) {
+    exec(src, dst);
+    return;
+  }
+  float* out = reinterpret_cast<float*>(ThreadBuffer<2>(sizeof(float) * g.oh * row_out));
+  exec(src, out);
+  std::memcpy(dst, out, sizeof(float) * rows * row_out);
 }
 
 // BRIDGE_DNNL_WEIGHTS: which weights layout the road reads.
@@ -338,11 +475,12 @@ inline std::shared_ptr<DnnlConv> MakeDnnlConv(const ConvShape& g, float alpha, b
 //   blocked  always the blocked layout, repacked on every call
 enum class Weights { kCached, kPlain, kBlocked };
 
-// A filter packed (blocked layout, or Winograd's U), owned by oneDNN.
+// A filter packed (blocked layout, or Winograd's 16 U matrices), owned by oneDNN.
 struct Packed {
   bool wino = false;
   dnnl::memory::desc md;
   dnnl::memory weights;
+  std::vector<dnnl::memory> u;
 };
 
 // Which road a call took.
@@ -353,6 +491,7 @@ class Road {
  public:
   Weights weights = Weights::kCached;
   bool winograd = true;
+  bool host_threads = true;  // BRIDGE_DNNL_THREADS: host (default) or openmp
   float alpha = 0.1f;
 
   // y = leaky(conv(x, filter) * s + b), float32. kNone: oneDNN has no fast road
@@ -362,29 +501,53 @@ class Road {
   Ran Run(const ConvShape& g, const float* x, const float* filter, bool same, const float* s, const float* b,
           float* y, ParallelFor&& parallel) {
     try {
-      std::shared_ptr<DnnlConv> conv = Conv(g);
+      std::unique_ptr<OneThread> one(host_threads ? new OneThread : nullptr);
+      const Bands bands = PlanBands(g, host_threads);
+      std::shared_ptr<DnnlConv> conv = Conv(bands.g);
       if (!conv) return Ran::kNone;
-      std::shared_ptr<const Packed> packed = PackedFilter(conv.get(), filter, same, parallel);
+      std::shared_ptr<WinoPlan> wino = weights == Weights::kCached && winograd ? Wino(g) : nullptr;
+      std::shared_ptr<const Packed> packed = PackedFilter(conv.get(), wino.get(), filter, same, parallel);
       auto& engine = DnnlEngine();
       if (packed && packed->wino) {
-        const WinoPlan& w = *conv->wino;
+        const WinoPlan& w = *wino;
         std::vector<float> buf(16 * w.chunk * (g.cin + g.cout) + g.cin, 0.0f);
         float *v = buf.data(), *m = v + 16 * w.chunk * g.cin, *zeros = m + 16 * w.chunk * g.cout;
-        WinoRun(w, packed->weights, x, s, b, alpha, v, m, zeros, y, parallel);
+        WinoRun(w, packed->u, x, s, b, alpha, v, m, zeros, y, host_threads, parallel);
         return Ran::kWinograd;
       }
-      dnnl::memory src(conv->src_md, engine, const_cast<float*>(x)), dst(conv->dst_md, engine, y),
-          scale(conv->channel_md, engine, const_cast<float*>(s)), shift(conv->channel_md, engine, const_cast<float*>(b));
-      dnnl::memory weights_mem = packed ? packed->weights
-                                        : dnnl::memory(conv->user_weights_md, engine, const_cast<float*>(filter));
-      dnnl::stream stream(engine);
-      (packed ? conv->blocked : *conv->plain)
-          .execute(stream, {{DNNL_ARG_SRC, src},
-                            {DNNL_ARG_WEIGHTS, weights_mem},
-                            {DNNL_ARG_DST, dst},
-                            {DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, scale},
-                            {DNNL_ARG_ATTR_MULTIPLE_POST_OP(1) | DNNL_ARG_SRC_1, shift}});
-      stream.wait();
+      const dnnl::convolution_forward& prim = packed ? conv->blocked : *conv->plain;
+      const dnnl::memory::desc scratch_md = (packed ? conv->blocked_pd : conv->plain_pd).scratchpad_desc();
+      const dnnl::memory weights_mem = packed ? packed->weights
+                                              : dnnl::memory(conv->user_weights_md, engine, const_cast<float*>(filter));
+      const dnnl::memory scale(conv->channel_md, engine, const_cast<float*>(s)),
+          shift(conv->channel_md, engine, const_cast<float*>(b));
+      auto exec = [&](const float* src_p, float* dst_p) {
+        dnnl::memory src(conv->src_md, engine, const_cast<float*>(src_p)), dst(conv->dst_md, engine, dst_p);
+        dnnl::stream stream(engine);
+        prim.execute(stream, {{DNNL_ARG_SRC, src},
+                              {DNNL_ARG_WEIGHTS, weights_mem},
+                              {DNNL_ARG_DST, dst},
+                              {DNNL_ARG_SCRATCHPAD, Scratch(scratch_md)},
+                              {DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, scale},
+                              {DNNL_ARG_ATTR_MULTIPLE_POST_OP(1) | DNNL_ARG_SRC_1, shift}});
+        stream.wait();
+      };
+      if (bands.whole) {
+        exec(x, y);
+      } else {
+        // No exception may cross a host's pool (TensorFlow's and an OpenMP team
+        // would terminate): a failed piece is reported after the loop.
+        std::atomic<bool> failed{false};
+        parallel(bands.pieces, kOwnTask, [&](int64_t p0, int64_t p1) {
+          OneThread piece_one;
+          try {
+            for (int64_t p = p0; p < p1; ++p) RunBand(bands, p, x, y, exec);
+          } catch (const dnnl::error&) {
+            failed = true;
+          }
+        });
+        if (failed) return Ran::kNone;
+      }
       return Ran::kDirect;
     } catch (const dnnl::error&) {
       return Ran::kNone;
@@ -392,11 +555,14 @@ class Road {
   }
 
  private:
+  static std::vector<int64_t> Key(const ConvShape& g) {
+    return {g.n, g.h, g.w, g.cin, g.kh, g.kw, g.cout, g.oh, g.ow, g.pad_top, g.pad_left, g.pad_bottom, g.pad_right};
+  }
+
   // Primitive creation costs milliseconds: one per geometry, kept (a handful; an
   // eager TensorFlow kernel serves every layer with the same attributes).
   std::shared_ptr<DnnlConv> Conv(const ConvShape& g) {
-    std::vector<int64_t> key = {g.n, g.h, g.w, g.cin, g.kh, g.kw, g.cout, g.oh, g.ow,
-                                g.pad_top, g.pad_left, g.pad_bottom, g.pad_right};
+    const std::vector<int64_t> key = Key(g);
     std::lock_guard<std::mutex> lock(mu_);
     auto it = convs_.find(key);
     if (it != convs_.end()) return it->second;
@@ -411,20 +577,39 @@ class Road {
     return conv;
   }
 
+  // The Winograd plan of the whole convolution, where it applies (null else).
+  std::shared_ptr<WinoPlan> Wino(const ConvShape& g) {
+    if (!WinoEligible(g)) return nullptr;
+    const std::vector<int64_t> key = Key(g);
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = winos_.find(key);
+    if (it != winos_.end()) return it->second;
+    std::shared_ptr<WinoPlan> plan;
+    try {
+      plan = MakeWinoPlan(g);
+    } catch (const dnnl::error&) {
+      plan = nullptr;
+    }
+    if (winos_.size() >= 16) winos_.clear();
+    winos_[key] = plan;
+    return plan;
+  }
+
   // The packed filter for this call: the kept one while the filter stays the
   // same; packed and kept on a call whose filter is the previous one's (the first
   // call of a node whose weights are new reads them in place). Null: in place.
   template <typename ParallelFor>
-  std::shared_ptr<const Packed> PackedFilter(DnnlConv* conv, const float* filter, bool same, ParallelFor&& parallel) {
+  std::shared_ptr<const Packed> PackedFilter(DnnlConv* conv, const WinoPlan* wino_plan, const float* filter,
+                                             bool same, ParallelFor&& parallel) {
     if (weights == Weights::kPlain && conv->plain) return nullptr;
-    bool wino = weights == Weights::kCached && winograd && conv->EnsureWino();
+    bool wino = wino_plan != nullptr;
     if (!wino && !conv->EnsureBlocked()) return nullptr;  // then the plain primitive exists (MakeDnnlConv)
     // Packing pays where the blocked primitive is a brgemm one; elsewhere (e.g.
     // Cin=3, where oneDNN offers its older jit kernel) plain brgemm is faster.
     if (weights == Weights::kCached && !wino && conv->plain && !conv->blocked_brgemm) return nullptr;
     bool keep = false;
     if (weights == Weights::kCached) {
-      const dnnl::memory::desc& want = wino ? conv->wino->pd.weights_desc() : conv->blocked_pd.weights_desc();
+      const dnnl::memory::desc& want = wino ? wino_plan->pd.weights_desc() : conv->blocked_pd.weights_desc();
       std::lock_guard<std::mutex> lock(mu_);
       if (same && packed_ && packed_->wino == wino && packed_->md == want) return packed_;
       packed_.reset();  // other weights, or another layout: let the old one go
@@ -436,19 +621,22 @@ class Road {
     }
     auto p = std::make_shared<Packed>();
     p->wino = wino;
-    p->md = wino ? conv->wino->pd.weights_desc() : conv->blocked_pd.weights_desc();
+    p->md = wino ? wino_plan->pd.weights_desc() : conv->blocked_pd.weights_desc();
     auto& engine = DnnlEngine();
-    p->weights = dnnl::memory(p->md, engine);
     dnnl::stream stream(engine);
     if (wino) {
-      const ConvShape& g = conv->g;
+      const ConvShape& g = wino_plan->g;
       std::vector<float> u(16 * g.cin * g.cout);
       float* up = u.data();
       parallel(g.cin, 40 * g.cout, [&](int64_t begin, int64_t end) { WinoFilter(filter, g.cin, g.cout, begin, end, up); });
-      dnnl::memory user_u(conv->wino->user_w_md, engine, up);
-      conv->wino->pack.execute(stream, {{DNNL_ARG_FROM, user_u}, {DNNL_ARG_TO, p->weights}});
+      for (int k = 0; k < 16; ++k) {
+        dnnl::memory user_u(wino_plan->user_w_md, engine, up + k * g.cin * g.cout);
+        p->u.emplace_back(p->md, engine);
+        wino_plan->pack.execute(stream, {{DNNL_ARG_FROM, user_u}, {DNNL_ARG_TO, p->u.back()}});
+      }
       stream.wait();
     } else {
+      p->weights = dnnl::memory(p->md, engine);
       dnnl::memory user_w(conv->user_weights_md, engine, const_cast<float*>(filter));
       conv->pack.execute(stream, {{DNNL_ARG_FROM, user_w}, {DNNL_ARG_TO, p->weights}});
       stream.wait();
@@ -462,6 +650,7 @@ class Road {
 
   std::mutex mu_;
   std::map<std::vector<int64_t>, std::shared_ptr<DnnlConv>> convs_;
+  std::map<std::vector<int64_t>, std::shared_ptr<WinoPlan>> winos_;
   std::shared_ptr<const Packed> packed_;
 };
 

@@ -31,9 +31,10 @@ struct Reader {
   void Get(const char* name, std::vector<int64_t>* v, bool d) const { *v = a.ints(name, fallback(v, d)); }
 };
 
+// Dynamic: a thread whose core another process shares takes fewer pieces.
 void ParallelFor(int64_t count, int64_t cost, const abi::Range& fn) {
   const abi::Split split = abi::SplitWork(count, cost);
-#pragma omp parallel for schedule(static) if (split.tasks > 1)
+#pragma omp parallel for schedule(dynamic, 1) if (split.tasks > 1)
   for (int64_t t = 0; t < split.tasks; ++t) fn(t * split.per, std::min(count, (t + 1) * split.per));
 }
 

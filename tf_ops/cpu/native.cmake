@@ -53,7 +53,8 @@ endfunction()
 
 # Links the oneDNN install at BRIDGE_DNNL_ROOT (bridge.native.onednn_root()) into
 # `target` and defines BRIDGE_HAVE_DNNL=1; sets `found` in the caller. Extra
-# link options for that case follow in ARGN.
+# link options for that case follow in ARGN. libgomp (oneDNN's runtime) is linked
+# too: conv_core.h sets its per-thread thread count around each primitive.
 function(bridge_link_onednn target found)
   set(${found} FALSE PARENT_SCOPE)
   if(NOT BRIDGE_DNNL_ROOT)
@@ -67,7 +68,7 @@ function(bridge_link_onednn target found)
   target_compile_definitions(${target} PRIVATE BRIDGE_HAVE_DNNL=1)
   target_include_directories(${target} PRIVATE ${BRIDGE_DNNL_ROOT}/include)
   get_filename_component(DNNL_LIB_DIR ${DNNL_LIB} DIRECTORY)
-  target_link_libraries(${target} PRIVATE ${DNNL_LIB})
+  target_link_libraries(${target} PRIVATE ${DNNL_LIB} gomp)
   target_link_options(${target} PRIVATE "-Wl,-rpath,${DNNL_LIB_DIR}" ${ARGN})
   set(${found} TRUE PARENT_SCOPE)
 endfunction()

@@ -9,6 +9,10 @@ TensorFlow's (benchmarks/tflite.py)."""
 FASTEST = "native"
 FASTEST_WITHOUT_ONEDNN = "function"
 
+# benchmarks/onnx_ops.py's extra native roads: oneDNN on its own OpenMP team (the
+# road before its pieces ran on the session's threads), beside the default
+ORT_BENCH_NATIVE_VARIANTS = {"native-openmp": {"BRIDGE_DNNL_THREADS": "openmp"}}
+
 
 def _ort_row(x, cout, k, s, pads, quick):
     label = f"{'x'.join(map(str, x))}->{cout} {k}x{k}" + (f" s{s}" if s > 1 else "")

@@ -9,7 +9,8 @@
 //           convolution with the fold as post-ops, the filter packed once while a
 //           node's weights stay the same (BRIDGE_DNNL_WEIGHTS), Winograd
 //           F(2x2,3x3) on its 3x3 stride-1 layers with Cin >= 128
-//           (BRIDGE_CONV_WINOGRAD=off turns it off);
+//           (BRIDGE_CONV_WINOGRAD=off turns it off), on the host's threads
+//           (BRIDGE_DNNL_THREADS=openmp: on oneDNN's own OpenMP team);
 //   eigen   (float16, a build without oneDNN, a geometry oneDNN has no fast kernel
 //           for) bridge/kernels/conv_gemm.h: im2col tiles, Eigen's GEMM, the fold
 //           and LeakyReLU on the tile in cache, on the host's threads.
@@ -167,6 +168,10 @@ struct YoloConvBnLeaky {
     if (!wino.empty() && wino != "auto" && wino != "off")
       return abi::Fail("BRIDGE_CONV_WINOGRAD must be auto or off, got '" + wino + "'");
     st->road.winograd = wino != "off";
+    const std::string threads = yolo_conv::Env("BRIDGE_DNNL_THREADS");
+    if (!threads.empty() && threads != "host" && threads != "openmp")
+      return abi::Fail("BRIDGE_DNNL_THREADS must be host or openmp, got '" + threads + "'");
+    st->road.host_threads = threads != "openmp";
     st->road.alpha = p.alpha;
 #else
     (void)p, (void)st;
