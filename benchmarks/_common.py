@@ -16,11 +16,13 @@ import numpy as np
 
 
 def alternating_medians(fns: Mapping[Hashable, Callable[[], object]], repeat: int, warmup: int = 1,
-                        budget_s: Optional[float] = None) -> Tuple[Dict[Hashable, float], int]:
+                        budget_s: Optional[float] = None,
+                        clock: Callable[[], float] = time.perf_counter) -> Tuple[Dict[Hashable, float], int]:
     """({key: median seconds per call}, rounds run). `warmup` untimed rounds
     first; then each round calls every contender once, in turn, so drift on a
     shared machine hits all alike. With `budget_s`, rounds stop once that many
-    seconds have passed (after at least three)."""
+    seconds have passed (after at least three). `clock`: what a call's time is read
+from (time.thread_time: this thread's CPU time; the budget stays wall-clock)."""
     for _ in range(warmup):
         for fn in fns.values():
             fn()
@@ -29,9 +31,9 @@ def alternating_medians(fns: Mapping[Hashable, Callable[[], object]], repeat: in
     rounds = 0
     for rounds in range(1, repeat + 1):
         for k, fn in fns.items():
-            t0 = time.perf_counter()
+            t0 = clock()
             fn()
-            times[k].append(time.perf_counter() - t0)
+            times[k].append(clock() - t0)
         if budget_s is not None and rounds >= 3 and time.perf_counter() - start > budget_s:
             break
     return {k: float(np.median(v)) for k, v in times.items()}, rounds
@@ -110,3 +112,21 @@ def one_core_busy():
     finally:
         proc.kill()
         proc.wait()
+
+
+@contextlib.contextmanager
+def env(values: Mapping[str, str], clear: Sequence[str] = ()):
+    """os.environ with `clear` unset and `values` set while the block runs (a
+    kernel reads its settings when it is created), restored afterwards."""
+    saved = {k: os.environ.get(k) for k in (*clear, *values)}
+    try:
+        for k in clear:
+            os.environ.pop(k, None)
+        os.environ.update(values)
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

@@ -275,20 +275,7 @@ def alternating_cpu_medians(fns, repeat: int, warmup: int = 1, budget_s=None):
     time spent waiting for a core that other processes hold is not counted (on a
     shared machine the wall-clock medians of a 40 ms model drift by 1.5x between
     rounds; CPU time by a few %). Cache and frequency sharing still count."""
-    for _ in range(warmup):
-        for fn in fns.values():
-            fn()
-    times = {k: [] for k in fns}
-    start = time.perf_counter()
-    rounds = 0
-    for rounds in range(1, repeat + 1):
-        for k, fn in fns.items():
-            t0 = time.thread_time()
-            fn()
-            times[k].append(time.thread_time() - t0)
-        if budget_s is not None and rounds >= 3 and time.perf_counter() - start > budget_s:
-            break
-    return {k: float(np.median(v)) for k, v in times.items()}, rounds
+    return alternating_medians(fns, repeat, warmup=warmup, budget_s=budget_s, clock=time.thread_time)
 
 
 def max_error(got, ref) -> float:

@@ -30,9 +30,7 @@ much each road slows down when it cannot have every core.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
 import sys
 
 import numpy as np
@@ -40,6 +38,7 @@ import onnx
 from onnx import helper
 
 from _common import alternating_medians, machine_line, one_core_busy
+from _common import env as env_set
 from bridge import onnx_plugins, ops
 from bridge.onnx_plugins.one_op import one_op_model
 from bridge.table import render
@@ -103,28 +102,12 @@ def _no_spinning():
     return so
 
 
-@contextlib.contextmanager
-def _env(values):
-    """os.environ with `values` set while a session is made (a kernel reads its
-    settings when onnxruntime creates it)."""
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 def sessions(roads, threads):
     # No session spins: one spinning after its run took the cores of the next road's
     # (the oneDNN convolution's OpenMP threads: 1x1 52x52 ran 9x slower after the function road).
     made = {}
     for name, (model, k, *env) in roads.items():
-        with _env(env[0] if env else {}):
+        with env_set(env[0] if env else {}):
             made[name] = onnx_plugins.session(model, kernels=k, threads=threads, options=_no_spinning())
     return made
 

@@ -26,7 +26,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from _common import alternating_medians, chosen, freeze, machine_line  # noqa: E402
+from _common import alternating_medians, chosen, env, freeze, machine_line  # noqa: E402
 from bridge import models, tf_ops  # noqa: E402
 from bridge.converters import fuse  # noqa: E402
 from bridge.table import render  # noqa: E402
@@ -53,18 +53,8 @@ LAYERS = [  # (input, Cout, kernel, stride): the four shapes of benchmarks/tf_op
 def built_on(road, fn, *args):
     """`fn(*args)` once with the road's variables set, so the kernels it builds
     keep that road; the environment is restored afterwards."""
-    saved = {k: os.environ.get(k) for k in _VARS}
-    try:
-        for k in _VARS:
-            os.environ.pop(k, None)
-        os.environ.update(ROADS[road])
+    with env(ROADS[road], clear=_VARS):
         fn(*args)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     return lambda: fn(*args)
 
 
