@@ -6,6 +6,7 @@ sys.path); imports neither TensorFlow nor onnxruntime itself.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import subprocess
 import sys
@@ -29,13 +30,21 @@ from (time.thread_time: this thread's CPU time; the budget stays wall-clock)."""
     times: Dict[Hashable, list] = {k: [] for k in fns}
     start = time.perf_counter()
     rounds = 0
-    for rounds in range(1, repeat + 1):
-        for k, fn in fns.items():
-            t0 = clock()
-            fn()
-            times[k].append(clock() - t0)
-        if budget_s is not None and rounds >= 3 and time.perf_counter() - start > budget_s:
-            break
+    # as timeit does: Python's collector, walking TensorFlow's millions of objects,
+    # would land in whichever call allocated last
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        for rounds in range(1, repeat + 1):
+            for k, fn in fns.items():
+                t0 = clock()
+                fn()
+                times[k].append(clock() - t0)
+            if budget_s is not None and rounds >= 3 and time.perf_counter() - start > budget_s:
+                break
+    finally:
+        if collecting:
+            gc.enable()
     return {k: float(np.median(v)) for k, v in times.items()}, rounds
 
 

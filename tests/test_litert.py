@@ -343,3 +343,74 @@ def test_inputs_and_outputs_of_every_element_type_are_copied(litert_lib, dtype, 
     want = np.where(a, x, -x) if dtype == "bool" else a.astype(np.float64) * x
     assert got["back"].dtype == np.dtype(dtype) and np.array_equal(got["back"], a), got["back"]
     np.testing.assert_allclose(got["y"], want, rtol=1e-6, atol=0)
+
+
+# -- threads: XNNPack's count, and bridge's kernels on the OpenMP team ----------------
+def test_host_threads_follow_omp_num_threads(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert runtime.host_threads() == 3
+    monkeypatch.setenv("OMP_NUM_THREADS", "junk")
+    assert runtime.host_threads() == len(os.sched_getaffinity(0))
+
+
+def test_only_the_kernels_libgomp_counts_as_loaded():
+    wheel = "7f00-7f01 r-xp 0 08:01 1 /venv/site-packages/scikit_learn.libs/libgomp-e985bcbb.so.1.0.0\n"
+    system = "7f02-7f03 r-xp 0 08:01 2 /usr/lib/x86_64-linux-gnu/libgomp.so.1.0.0\n"
+    assert not runtime._kernels_libgomp_loaded(wheel)
+    assert runtime._kernels_libgomp_loaded(wheel + system)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_lowered_and_custom_agree_on_any_thread_count(litert_lib, rng, close, threads):
+    spec = ops.get("YoloConvBnLeaky")
+    cin, cout = 64, 48
+    params = [_rand(rng, [1, 1, cin, cout]) * 0.1, _rand(rng, [cout]), _rand(rng, [cout]), _rand(rng, [cout]),
+              _rand(rng, [cout]), _rand(rng, [cout], low=0.5)]
+    fn = lambda x: tf_ops.yolo_conv_bn_leaky(x, *params, strides=[1, 1, 1, 1], padding="SAME")  # noqa: E731
+    x = _rand(rng, (1, 13, 11, cin))
+    want = spec.reference(x, *params, strides=[1, 1, 1, 1], padding="SAME")
+    for mode in ("custom", "lowered"):
+        data = ex.convert(fn, [_spec("x", [1, 13, 11, cin])], ["y"], mode=mode)
+        m = runtime.Model(data, custom=mode == "custom", lib=litert_lib, threads=threads)
+        try:
+            close("YoloConvBnLeaky", m.run({"x": x})["y"], want, what=f"{mode}, {threads} threads")
+        finally:
+            m.close()
+
+
+def _thread_cpu_ticks():
+    ticks = {}
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        ticks[int(task)] = int(fields[11]) + int(fields[12])
+    return ticks
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one CPU: no second thread to see")
+def test_a_custom_conv_runs_on_more_than_the_calling_thread(litert_lib, rng):
+    """The conv's oneDNN primitives are single-threaded (conv_core.h's OneThread),
+    and a OneThread alive around the host's loop made LiteRT's OpenMP team one
+    thread: every band ran on the calling thread. Another thread must do work."""
+    import threading
+    cin, cout = 256, 256
+    params = [_rand(rng, [3, 3, cin, cout]) * 0.05, _rand(rng, [cout]), _rand(rng, [cout]), _rand(rng, [cout]),
+              _rand(rng, [cout]), _rand(rng, [cout], low=0.5)]
+    fn = lambda x: tf_ops.yolo_conv_bn_leaky(x, *params, strides=[1, 2, 2, 1], padding="SAME")  # noqa: E731
+    data = ex.convert(fn, [_spec("x", [1, 104, 104, cin])], ["y"], mode="custom")
+    x = _rand(rng, (1, 104, 104, cin))
+    m = runtime.Model(data, lib=litert_lib)
+    try:
+        m.run({"x": x})
+        before = _thread_cpu_ticks()
+        main = threading.get_native_id()
+        for _ in range(8):
+            m.run({"x": x})
+        after = _thread_cpu_ticks()
+    finally:
+        m.close()
+    others = sum(t - before.get(k, 0) for k, t in after.items() if k != main)
+    assert others >= 0.1 * (after[main] - before[main]) and others > 0, (before, after)

@@ -76,6 +76,17 @@ struct OneThread {
   OneThread& operator=(const OneThread&) = delete;
 };
 
+// While alive, this thread's OpenMP count is `count` again: a host whose pool is
+// an OpenMP team (LiteRT's) sizes the team from the calling thread's count, which
+// a OneThread around the call would make one.
+struct ThreadCount {
+  int was;
+  explicit ThreadCount(int count) : was(omp_get_max_threads()) { omp_set_num_threads(count); }
+  ~ThreadCount() { omp_set_num_threads(was); }
+  ThreadCount(const ThreadCount&) = delete;
+  ThreadCount& operator=(const ThreadCount&) = delete;
+};
+
 // A 64-byte-aligned buffer of this thread's, `Slot` naming which (the primitives'
 // scratchpads, a band's padded rows): pieces run concurrently on the host's threads.
 template <int Slot>
@@ -409,19 +420,62 @@ struct Bands {
   bool whole = true;  // one piece: `full` itself, on oneDNN's own threads
 };
 
-inline Bands PlanBands(const ConvShape& f, bool host_threads) {
+// The time, in rows, that `pieces` pieces of `rows` rows take on `threads`
+// threads taking the next piece as they free up, thread 0 at `slow` speed.
+inline double Makespan(int64_t pieces, int64_t rows, int64_t threads, double slow) {
+  std::vector<double> done(threads, 0.0);
+  for (int64_t p = 0; p < pieces; ++p) {  // the first thread free takes it (a fast one between equals)
+    int64_t t = threads - 1;
+    for (int64_t k = threads - 2; k >= 0; --k)
+      if (done[k] < done[t]) t = k;
+    done[t] += rows / (t == 0 ? slow : 1.0);
+  }
+  return *std::max_element(done.begin(), done.end());
+}
+
+// Bands per image: the count whose makespan quiet plus with one thread at half
+// speed (another process on its core) is least, fewest pieces between equals.
+// Rows past the image's last are work too: 26 rows as 7 bands of 4 on 2 threads
+// cost 16 row-times where 4 bands of 7 cost 14.
+inline int64_t BandsPerImage(int64_t n, int64_t oh, int64_t threads) {
+  int64_t best = 1;
+  double best_cost = 1e300;
+  for (int64_t want = 1; want <= kPiecesPerThread * threads && want <= oh / 2; ++want) {
+    const int64_t rows = (oh + want - 1) / want, bands = (oh + rows - 1) / rows;
+    const double cost = Makespan(n * bands, rows, threads, 1.0) + Makespan(n * bands, rows, threads, 0.5);
+    if (cost < best_cost - 1e-9) {
+      best_cost = cost;
+      best = bands;
+    }
+  }
+  return best;
+}
+
+// A pointwise convolution reads each pixel alone: its image as one column of
+// h*w pixels (the same bytes), whose bands are runs of pixels that waste nothing
+// (26x26 as 4 bands of 169 pixels, not of 7 rows with 2 past the last).
+inline ConvShape AsPixelColumn(const ConvShape& f) {
+  if (f.kh != 1 || f.kw != 1 || f.sh != 1 || f.sw != 1 || f.pad_top || f.pad_left || f.pad_bottom || f.pad_right)
+    return f;
+  ConvShape c = f;
+  c.h = c.oh = f.h * f.w;
+  c.w = c.ow = 1;
+  return c;
+}
+
+inline Bands PlanBands(const ConvShape& shape, bool host_threads) {
   Bands b;
+  const ConvShape f = host_threads ? AsPixelColumn(shape) : shape;
   b.full = b.g = f;
   if (!host_threads) return b;
   b.whole = false;
   b.g.n = 1;
   b.pieces = f.n;
-  const int64_t want = kPiecesPerThread * HostThreads();
-  if (f.n >= want || f.oh < 2) return b;
-  int64_t per = std::min(f.oh, (want + f.n - 1) / f.n);
-  const int64_t rows = (f.oh + per - 1) / per;
-  per = (f.oh + rows - 1) / rows;
+  const int64_t threads = HostThreads();
+  if (f.n >= kPiecesPerThread * threads || f.oh < 2) return b;
+  const int64_t per = BandsPerImage(f.n, f.oh, threads);
   if (per < 2) return b;
+  const int64_t rows = (f.oh + per - 1) / per;
   b.per_image = per;
   b.pieces = f.n * per;
   b.g.oh = rows;
@@ -502,17 +556,22 @@ class Road {
           float* y, ParallelFor&& parallel) {
     try {
       std::unique_ptr<OneThread> one(host_threads ? new OneThread : nullptr);
+      const int caller_threads = one ? one->prev : omp_get_max_threads();
+      auto host = [&](int64_t count, int64_t cost, const auto& fn) {
+        ThreadCount as_called(caller_threads);
+        parallel(count, cost, fn);
+      };
       const Bands bands = PlanBands(g, host_threads);
       std::shared_ptr<DnnlConv> conv = Conv(bands.g);
       if (!conv) return Ran::kNone;
       std::shared_ptr<WinoPlan> wino = weights == Weights::kCached && winograd ? Wino(g) : nullptr;
-      std::shared_ptr<const Packed> packed = PackedFilter(conv.get(), wino.get(), filter, same, parallel);
+      std::shared_ptr<const Packed> packed = PackedFilter(conv.get(), wino.get(), filter, same, host);
       auto& engine = DnnlEngine();
       if (packed && packed->wino) {
         const WinoPlan& w = *wino;
         std::vector<float> buf(16 * w.chunk * (g.cin + g.cout) + g.cin, 0.0f);
         float *v = buf.data(), *m = v + 16 * w.chunk * g.cin, *zeros = m + 16 * w.chunk * g.cout;
-        WinoRun(w, packed->u, x, s, b, alpha, v, m, zeros, y, host_threads, parallel);
+        WinoRun(w, packed->u, x, s, b, alpha, v, m, zeros, y, host_threads, host);
         return Ran::kWinograd;
       }
       const dnnl::convolution_forward& prim = packed ? conv->blocked : *conv->plain;
@@ -538,7 +597,7 @@ class Road {
         // No exception may cross a host's pool (TensorFlow's and an OpenMP team
         // would terminate): a failed piece is reported after the loop.
         std::atomic<bool> failed{false};
-        parallel(bands.pieces, kOwnTask, [&](int64_t p0, int64_t p1) {
+        host(bands.pieces, kOwnTask, [&](int64_t p0, int64_t p1) {
           OneThread piece_one;
           try {
             for (int64_t p = p0; p < p1; ++p) RunBand(bands, p, x, y, exec);

@@ -4,6 +4,7 @@
 // managed buffers until the next run.
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -100,8 +101,23 @@ LiteRtStatus make_buffer(Harness* h, const LiteRtRankedTensorType& t, LiteRtTens
 
 BRIDGE_EXPORT void bridge_litert_close(void* handle) { delete static_cast<Harness*>(handle); }
 
-// Opens `path`; with_kernels: register bridge's ops. Null on failure (reason in err).
-BRIDGE_EXPORT void* bridge_litert_open(const char* path, int with_kernels, char* err, size_t err_size) {
+// XNNPack on `threads` threads (LiteRT's default is one).
+LiteRtStatus SetCpuThreads(LiteRtOptions options, int threads) {
+  const std::string toml = "num_threads = " + std::to_string(threads) + "\n";
+  char* payload = strdup(toml.c_str());
+  LiteRtOpaqueOptions cpu = nullptr;
+  LiteRtStatus s = LiteRtCreateOpaqueOptions("xnnpack", payload, free, &cpu);
+  if (s != kBridgeLiteRtOk) {
+    free(payload);
+    return s;
+  }
+  if ((s = LiteRtAddOpaqueOptions(options, cpu)) != kBridgeLiteRtOk) LiteRtDestroyOpaqueOptions(cpu);
+  return s;
+}
+
+// Opens `path`; with_kernels: register bridge's ops; threads > 0: XNNPack's
+// thread count. Null on failure (reason in err).
+BRIDGE_EXPORT void* bridge_litert_open(const char* path, int with_kernels, int threads, char* err, size_t err_size) {
   auto* h = new Harness();
   LiteRtStatus s;
   auto fail = [&](const std::string& msg) -> void* {
@@ -147,6 +163,8 @@ BRIDGE_EXPORT void* bridge_litert_open(const char* path, int with_kernels, char*
   if ((s = LiteRtCreateOptions(&h->options)) != kBridgeLiteRtOk) return fail(why(h, "LiteRtCreateOptions", s));
   if ((s = LiteRtSetOptionsHardwareAccelerators(h->options, kBridgeLiteRtCpu)) != kBridgeLiteRtOk)
     return fail(why(h, "LiteRtSetOptionsHardwareAccelerators(CPU)", s));
+  if (threads > 0 && (s = SetCpuThreads(h->options, threads)) != kBridgeLiteRtOk)
+    return fail(why(h, "setting XNNPack's threads (LiteRtAddOpaqueOptions)", s));
   if (with_kernels) {
     char buf[1024] = {0};
     h->kernels = bridge_litert_add_kernels(h->options, buf, sizeof buf);

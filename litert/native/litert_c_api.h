@@ -61,6 +61,7 @@ static_assert(sizeof(LiteRtRankedTensorType) == 72, "LiteRtRankedTensorType: ele
 typedef struct LiteRtEnvironmentT* LiteRtEnvironment;
 typedef struct LiteRtModelT* LiteRtModel;
 typedef struct LiteRtOptionsT* LiteRtOptions;
+typedef struct LiteRtOpaqueOptionsT* LiteRtOpaqueOptions;
 typedef struct LiteRtCompiledModelT* LiteRtCompiledModel;
 typedef struct LiteRtTensorBufferT* LiteRtTensorBuffer;
 typedef struct LiteRtSignatureT* LiteRtSignature;
@@ -97,6 +98,12 @@ LiteRtStatus LiteRtGetRankedTensorType(LiteRtTensor tensor, LiteRtRankedTensorTy
 LiteRtStatus LiteRtCreateOptions(LiteRtOptions* options);
 void LiteRtDestroyOptions(LiteRtOptions options);
 LiteRtStatus LiteRtSetOptionsHardwareAccelerators(LiteRtOptions options, LiteRtHwAcceleratorSet hardware_accelerators);
+// A typed payload on the options: the CPU accelerator reads identifier "xnnpack",
+// a C string of TOML lines ("num_threads = 2"). Added options are the options' own.
+LiteRtStatus LiteRtCreateOpaqueOptions(const char* payload_identifier, void* payload_data,
+                                       void (*payload_destructor)(void* payload_data), LiteRtOpaqueOptions* options);
+void LiteRtDestroyOpaqueOptions(LiteRtOpaqueOptions options);
+LiteRtStatus LiteRtAddOpaqueOptions(LiteRtOptions options, LiteRtOpaqueOptions opaque_options);
 LiteRtStatus LiteRtAddCustomOpKernelOption(LiteRtOptions options, const char* custom_op_name, int custom_op_version, const LiteRtCustomOpKernel* custom_op_kernel, void* custom_op_kernel_user_data);
 LiteRtStatus LiteRtCreateCompiledModel(LiteRtEnvironment environment, LiteRtModel model, LiteRtOptions compilation_options, LiteRtCompiledModel* compiled_model);
 void LiteRtDestroyCompiledModel(LiteRtCompiledModel compiled_model);

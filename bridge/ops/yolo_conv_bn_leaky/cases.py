@@ -37,6 +37,9 @@ def examples():
              explicit=(0, 0, 2, 0, 1, 3, 0, 0)),
         conv("1x1-cout33", (2, 5, 3, 8), (1, 1), 33, [0, 0, 0, 0]),
         conv("all-1", (1, 1, 1, 1), (1, 1), 1, [0, 0, 0, 0]),
+        # pointwise, in bands of pixels that split no row evenly (143 = 11 x 13)
+        conv("1x1-pixel-bands", (1, 13, 11, 64), (1, 1), 32, [0, 0, 0, 0]),
+        conv("1x1-batch3-odd", (3, 7, 5, 16), (1, 1), 24, [0, 0, 0, 0]),
         conv("empty-batch", (0, 5, 5, 3), (3, 3), 4, [1, 1, 1, 1]),
         conv("alpha0-eps0.5", (1, 4, 5, 3), (3, 3), 2, [1, 1, 1, 1], epsilon=0.5, alpha=0.0),
         conv("alpha-negative-defaults", (1, 4, 4, 2), (3, 3), 3, [1, 1, 1, 1], epsilon=1e-5, alpha=-0.3),
