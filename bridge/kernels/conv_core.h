@@ -123,6 +123,19 @@ inline int64_t HostThreads() {
 // A cost per item that makes every host give each item a task of its own.
 constexpr int64_t kOwnTask = int64_t{1} << 24;
 
+// The time, in rows, that `pieces` pieces of `rows` rows take on `threads`
+// threads taking the next piece as they free up, thread 0 at `slow` speed.
+inline double Makespan(int64_t pieces, int64_t rows, int64_t threads, double slow) {
+  std::vector<double> done(threads, 0.0);
+  for (int64_t p = 0; p < pieces; ++p) {  // the first thread free takes it (a fast one between equals)
+    int64_t t = threads - 1;
+    for (int64_t k = threads - 2; k >= 0; --k)
+      if (done[k] < done[t]) t = k;
+    done[t] += rows / (t == 0 ? slow : 1.0);
+  }
+  return *std::max_element(done.begin(), done.end());
+}
+
 // Where Winograd beat the direct convolution on YOLOv3's layers (too few input
 // channels leave too little work per transform; benchmarks/RESULTS.md).
 inline bool WinoEligible(const ConvShape& g) {
@@ -135,17 +148,41 @@ constexpr int64_t kWinoChunkBytes = 6 << 20;  // V and M of one chunk of tiles s
 struct WinoPlan {
   ConvShape g;
   int64_t th = 0, tw = 0, tiles = 0, chunk = 0;  // tiles per GEMM chunk (the last one padded)
-  // One of the 16 GEMMs, [chunk, Cin] x [Cin, Cout]: the 16 run as pieces on the
-  // host's threads (or one after another on oneDNN's own).
+  // Output channels per piece on the host's threads: one piece runs the 16 GEMMs
+  // of its block and the output transform of its block, so a chunk waits at two
+  // barriers (after the input transform, at the end), not three. On oneDNN's own
+  // threads, one block of all Cout.
+  int64_t block = 0, blocks = 1;
+  // One of the 16 GEMMs of one block, [chunk, Cin] x [Cin, block], into a dense
+  // [chunk, block] matrix of M (oneDNN 3.2's brgemm matmul takes no row stride
+  // there): M holds 16 x blocks of them, U[k]'s block j at k * blocks + j.
   dnnl::matmul::primitive_desc pd;
   dnnl::matmul mm;
   dnnl::memory::desc src_md, dst_md, user_w_md;
   dnnl::reorder pack;  // one U[k] [Cin, Cout] -> pd.weights_desc()
 };
 
-// Null where oneDNN has no brgemm matmul for it (then Winograd is not worth it).
+// Blocks of output channels for the host's threads: the count, dividing Cout into
+// blocks of 16 or more, whose makespan quiet plus with one thread at half speed
+// is least (fewest between equals); 0 where none does.
+inline int64_t WinoBlocks(int64_t cout, int64_t threads) {
+  int64_t best = 0;
+  double best_cost = 1e300;
+  for (int64_t n = 1; n <= kPiecesPerThread * threads; ++n) {
+    if (cout % n || cout / n < 16) continue;
+    const double cost = Makespan(n, cout / n, threads, 1.0) + Makespan(n, cout / n, threads, 0.5);
+    if (cost < best_cost - 1e-9) {
+      best_cost = cost;
+      best = n;
+    }
+  }
+  return best;
+}
+
+// Null where oneDNN has no brgemm matmul for it (then Winograd is not worth it),
+// or no block split of Cout serves the host's threads (then the direct road).
 // Throws dnnl::error where oneDNN has no implementation at all.
-inline std::unique_ptr<WinoPlan> MakeWinoPlan(const ConvShape& g) {
+inline std::unique_ptr<WinoPlan> MakeWinoPlan(const ConvShape& g, bool host_threads) {
   using tag = dnnl::memory::format_tag;
   using dt = dnnl::memory::data_type;
   auto p = std::make_unique<WinoPlan>();
@@ -157,10 +194,13 @@ inline std::unique_ptr<WinoPlan> MakeWinoPlan(const ConvShape& g) {
   // Equal chunks: the last one is padded up to the chunk size, and padding is work.
   const int64_t chunks = std::max<int64_t>(1, (p->tiles * per_tile + kWinoChunkBytes - 1) / kWinoChunkBytes);
   p->chunk = (p->tiles + chunks - 1) / chunks;
+  p->blocks = host_threads ? WinoBlocks(g.cout, HostThreads()) : 1;
+  if (p->blocks == 0) return nullptr;
+  p->block = g.cout / p->blocks;
   p->src_md = dnnl::memory::desc({p->chunk, g.cin}, dt::f32, tag::ab);
-  p->dst_md = dnnl::memory::desc({p->chunk, g.cout}, dt::f32, tag::ab);
-  p->user_w_md = dnnl::memory::desc({g.cin, g.cout}, dt::f32, tag::ab);
-  dnnl::memory::desc w_any({g.cin, g.cout}, dt::f32, tag::any);
+  p->dst_md = dnnl::memory::desc({p->chunk, p->block}, dt::f32, tag::ab);
+  p->user_w_md = dnnl::memory::desc({g.cin, p->block}, dt::f32, dnnl::memory::dims{g.cout, 1});
+  dnnl::memory::desc w_any({g.cin, p->block}, dt::f32, tag::any);
   p->pd = dnnl::matmul::primitive_desc(DnnlEngine(), p->src_md, w_any, p->dst_md, UserScratchpad());
   if (!Brgemm(p->pd.impl_info_str())) return nullptr;
   p->mm = dnnl::matmul(p->pd);
@@ -234,15 +274,16 @@ inline void WinoInput(const float* x, const WinoPlan& w, int64_t t0, int64_t t_b
   }
 }
 
-// y = leaky((A^T M A) * s + b) for tiles [t_begin, t_end) within the real tiles.
-inline void WinoOutput(const float* m, const WinoPlan& w, int64_t t0, int64_t t_begin, int64_t t_end, const float* s,
-                  const float* b, float alpha, float* y) {
+// y = leaky((A^T M A) * s + b) for tiles [t_begin, t_end) within the real tiles,
+// output channels [blk * block, (blk + 1) * block): block blk's 16 matrices of M.
+inline void WinoOutput(const float* m, const WinoPlan& w, int64_t t0, int64_t t_begin, int64_t t_end, int64_t blk,
+                       const float* s, const float* b, float alpha, float* y) {
   const ConvShape& g = w.g;
-  const int64_t ld = w.chunk * g.cout;
+  const int64_t ld = w.blocks * w.chunk * w.block, o_begin = blk * w.block, o_end = o_begin + w.block;
   for (int64_t t = t_begin; t < t_end; ++t) {
     const int64_t n = t / (w.th * w.tw), r = t % (w.th * w.tw);
     const int64_t oy = 2 * (r / w.tw), ox = 2 * (r % w.tw);
-    const float* src = m + (t - t0) * g.cout;
+    const float* src = m + (blk * w.chunk + (t - t0)) * w.block - o_begin;  // indexed by output channel
     float* dst[2][2];
     for (int a = 0; a < 2; ++a) {
       for (int c = 0; c < 2; ++c) {
@@ -251,8 +292,8 @@ inline void WinoOutput(const float* m, const WinoPlan& w, int64_t t0, int64_t t_
       }
     }
     float tmp[2][2][64];
-    for (int64_t o0 = 0; o0 < g.cout; o0 += 64) {
-      const int64_t cols = std::min<int64_t>(64, g.cout - o0);
+    for (int64_t o0 = o_begin; o0 < o_end; o0 += 64) {
+      const int64_t cols = std::min<int64_t>(64, o_end - o0);
 #pragma omp simd
       for (int64_t o = 0; o < cols; ++o) {
         float mm[4][4], r0[4], r1[4];
@@ -279,45 +320,51 @@ inline void WinoOutput(const float* m, const WinoPlan& w, int64_t t0, int64_t t_
   }
 }
 
-// The whole Winograd convolution for x -> y on the packed U (`u`: its 16
-// matrices). v and m hold 16 * chunk * cin and 16 * chunk * cout floats, zeros
-// cin zeros. parallel(count, cost_per_item, fn(begin, end)) spreads [0, count)
-// over the caller's threads; `host_threads`: the GEMMs too (else oneDNN's own).
+// The whole Winograd convolution for x -> y on the packed U (`u`: 16 x blocks
+// matrices, U[k]'s block j at k * blocks + j). v and m hold 16 * chunk * cin and
+// 16 * chunk * cout floats, zeros cin zeros. parallel(count, cost_per_item,
+// fn(begin, end)) spreads [0, count) over the caller's threads; `host_threads`:
+// the GEMMs too, a block of output channels per piece (else oneDNN's own threads).
 template <typename ParallelFor>
 void WinoRun(const WinoPlan& w, const std::vector<dnnl::memory>& u, const float* x, const float* s, const float* b,
              float alpha, float* v, float* m, const float* zeros, float* y, bool host_threads,
              ParallelFor&& parallel) {
   const ConvShape& g = w.g;
-  auto gemms = [&](int64_t k0, int64_t k1) {
+  auto gemms = [&](int64_t j) {  // the 16 GEMMs of block j
     auto& engine = DnnlEngine();
     dnnl::stream stream(engine);
-    for (int64_t k = k0; k < k1; ++k) {
-      dnnl::memory src(w.src_md, engine, v + k * w.chunk * g.cin), dst(w.dst_md, engine, m + k * w.chunk * g.cout);
-      w.mm.execute(stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, u[k]}, {DNNL_ARG_DST, dst},
+    for (int64_t k = 0; k < 16; ++k) {
+      dnnl::memory src(w.src_md, engine, v + k * w.chunk * g.cin),
+          dst(w.dst_md, engine, m + (k * w.blocks + j) * w.chunk * w.block);
+      w.mm.execute(stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, u[k * w.blocks + j]}, {DNNL_ARG_DST, dst},
                             {DNNL_ARG_SCRATCHPAD, Scratch(w.pd.scratchpad_desc())}});
     }
     stream.wait();
   };
   for (int64_t t0 = 0; t0 < w.tiles; t0 += w.chunk) {
+    const int64_t real = std::min(w.chunk, w.tiles - t0);
     parallel(w.chunk, 40 * g.cin,
              [&](int64_t begin, int64_t end) { WinoInput(x, w, t0, t0 + begin, t0 + end, zeros, v); });
     if (host_threads) {
       std::atomic<bool> failed{false};  // as in Road::Run: nothing thrown across the host's pool
-      parallel(16, kOwnTask, [&](int64_t k0, int64_t k1) {
+      parallel(w.blocks, kOwnTask, [&](int64_t j0, int64_t j1) {
         OneThread one;
         try {
-          gemms(k0, k1);
+          for (int64_t j = j0; j < j1; ++j) {
+            gemms(j);
+            WinoOutput(m, w, t0, t0, t0 + real, j, s, b, alpha, y);
+          }
         } catch (const dnnl::error&) {
           failed = true;
         }
       });
       if (failed) throw dnnl::error(dnnl_runtime_error, "a Winograd GEMM failed");
     } else {
-      gemms(0, 16);
+      gemms(0);
+      parallel(real, 60 * g.cout, [&](int64_t begin, int64_t end) {
+        WinoOutput(m, w, t0, t0 + begin, t0 + end, 0, s, b, alpha, y);
+      });
     }
-    parallel(std::min(w.chunk, w.tiles - t0), 60 * g.cout, [&](int64_t begin, int64_t end) {
-      WinoOutput(m, w, t0, t0 + begin, t0 + end, s, b, alpha, y);
-    });
   }
 }
 
@@ -419,19 +466,6 @@ struct Bands {
   int64_t per_image = 1, pieces = 1;
   bool whole = true;  // one piece: `full` itself, on oneDNN's own threads
 };
-
-// The time, in rows, that `pieces` pieces of `rows` rows take on `threads`
-// threads taking the next piece as they free up, thread 0 at `slow` speed.
-inline double Makespan(int64_t pieces, int64_t rows, int64_t threads, double slow) {
-  std::vector<double> done(threads, 0.0);
-  for (int64_t p = 0; p < pieces; ++p) {  // the first thread free takes it (a fast one between equals)
-    int64_t t = threads - 1;
-    for (int64_t k = threads - 2; k >= 0; --k)
-      if (done[k] < done[t]) t = k;
-    done[t] += rows / (t == 0 ? slow : 1.0);
-  }
-  return *std::max_element(done.begin(), done.end());
-}
 
 // Bands per image: the count whose makespan quiet plus with one thread at half
 // speed (another process on its core) is least, fewest pieces between equals.
@@ -645,7 +679,7 @@ class Road {
     if (it != winos_.end()) return it->second;
     std::shared_ptr<WinoPlan> plan;
     try {
-      plan = MakeWinoPlan(g);
+      plan = MakeWinoPlan(g, host_threads);
     } catch (const dnnl::error&) {
       plan = nullptr;
     }
@@ -689,9 +723,11 @@ class Road {
       float* up = u.data();
       parallel(g.cin, 40 * g.cout, [&](int64_t begin, int64_t end) { WinoFilter(filter, g.cin, g.cout, begin, end, up); });
       for (int k = 0; k < 16; ++k) {
-        dnnl::memory user_u(wino_plan->user_w_md, engine, up + k * g.cin * g.cout);
-        p->u.emplace_back(p->md, engine);
-        wino_plan->pack.execute(stream, {{DNNL_ARG_FROM, user_u}, {DNNL_ARG_TO, p->u.back()}});
+        for (int64_t j = 0; j < wino_plan->blocks; ++j) {
+          dnnl::memory user_u(wino_plan->user_w_md, engine, up + k * g.cin * g.cout + j * wino_plan->block);
+          p->u.emplace_back(p->md, engine);
+          wino_plan->pack.execute(stream, {{DNNL_ARG_FROM, user_u}, {DNNL_ARG_TO, p->u.back()}});
+        }
       }
       stream.wait();
     } else {
