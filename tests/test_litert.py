@@ -414,3 +414,24 @@ def test_a_custom_conv_runs_on_more_than_the_calling_thread(litert_lib, rng):
         m.close()
     others = sum(t - before.get(k, 0) for k, t in after.items() if k != main)
     assert others >= 0.1 * (after[main] - before[main]) and others > 0, (before, after)
+
+
+def test_a_filter_fed_as_an_input_is_followed_call_after_call(litert_lib, rng, close):
+    """Constants sit in LiteRT's read-only mapping of the file and are packed once
+    (litert/native/host.cc); a filter fed as a model input sits in a writable
+    buffer at the same address every call: it is compared, and a new one repacked."""
+    spec = ops.get("YoloConvBnLeaky")
+    cin, cout = 64, 32
+    rest = [_rand(rng, [cout]), _rand(rng, [cout]), _rand(rng, [cout]), _rand(rng, [cout]), _rand(rng, [cout], low=0.5)]
+    fn = lambda x, f: tf_ops.yolo_conv_bn_leaky(x, f, *rest, strides=[1, 1, 1, 1], padding="SAME")  # noqa: E731
+    data = ex.convert(fn, [_spec("x", [1, 12, 12, cin]), _spec("f", [3, 3, cin, cout])], ["y"], mode="custom")
+    x = _rand(rng, (1, 12, 12, cin))
+    filters = [_rand(rng, [3, 3, cin, cout]) * 0.1 for _ in range(2)]
+    m = runtime.Model(data, lib=litert_lib)
+    try:
+        for step, k in enumerate([0, 0, 0, 1, 1, 0]):  # calls 2-3 pack and reuse; then a new filter, and back
+            got = m.run({"x": x, "f": filters[k]})["y"]
+            close("YoloConvBnLeaky", got, spec.reference(x, filters[k], *rest, strides=[1, 1, 1, 1], padding="SAME"),
+                  what=f"call {step + 1}, filter {k}")
+    finally:
+        m.close()

@@ -123,17 +123,23 @@ inline int64_t HostThreads() {
 // A cost per item that makes every host give each item a task of its own.
 constexpr int64_t kOwnTask = int64_t{1} << 24;
 
-// The time, in rows, that `pieces` pieces of `rows` rows take on `threads`
-// threads taking the next piece as they free up, thread 0 at `slow` speed.
-inline double Makespan(int64_t pieces, int64_t rows, int64_t threads, double slow) {
+// The time, in rows, that `pieces` pieces of `rows` rows (and `fixed` more per
+// piece) take on `threads` threads taking the next piece as they free up,
+// thread 0 at `slow` speed.
+inline double Makespan(int64_t pieces, double rows, int64_t threads, double slow, double fixed = 0.0) {
   std::vector<double> done(threads, 0.0);
   for (int64_t p = 0; p < pieces; ++p) {  // the first thread free takes it (a fast one between equals)
     int64_t t = threads - 1;
     for (int64_t k = threads - 2; k >= 0; --k)
       if (done[k] < done[t]) t = k;
-    done[t] += rows / (t == 0 ? slow : 1.0);
+    done[t] += (rows + fixed) / (t == 0 ? slow : 1.0);
   }
   return *std::max_element(done.begin(), done.end());
+}
+
+// Quiet counts twice what one thread at half speed (another process on its core) does.
+inline double PlanCost(int64_t pieces, double rows, int64_t threads, double fixed = 0.0) {
+  return 2 * Makespan(pieces, rows, threads, 1.0, fixed) + Makespan(pieces, rows, threads, 0.5, fixed);
 }
 
 // Where Winograd beat the direct convolution on YOLOv3's layers (too few input
@@ -163,14 +169,13 @@ struct WinoPlan {
 };
 
 // Blocks of output channels for the host's threads: the count, dividing Cout into
-// blocks of 16 or more, whose makespan quiet plus with one thread at half speed
-// is least (fewest between equals); 0 where none does.
+// blocks of 16 or more, of least PlanCost (fewest between equals); 0 where none does.
 inline int64_t WinoBlocks(int64_t cout, int64_t threads) {
   int64_t best = 0;
   double best_cost = 1e300;
   for (int64_t n = 1; n <= kPiecesPerThread * threads; ++n) {
     if (cout % n || cout / n < 16) continue;
-    const double cost = Makespan(n, cout / n, threads, 1.0) + Makespan(n, cout / n, threads, 0.5);
+    const double cost = PlanCost(n, static_cast<double>(cout / n), threads);
     if (cost < best_cost - 1e-9) {
       best_cost = cost;
       best = n;
@@ -467,16 +472,18 @@ struct Bands {
   bool whole = true;  // one piece: `full` itself, on oneDNN's own threads
 };
 
-// Bands per image: the count whose makespan quiet plus with one thread at half
-// speed (another process on its core) is least, fewest pieces between equals.
-// Rows past the image's last are work too: 26 rows as 7 bands of 4 on 2 threads
-// cost 16 row-times where 4 bands of 7 cost 14.
-inline int64_t BandsPerImage(int64_t n, int64_t oh, int64_t threads) {
+// Bands per image: the count of least PlanCost, fewest pieces between equals.
+// Rows past the image's last are work too (26 rows as 7 bands of 4 on 2 threads
+// cost 16 row-times where 4 bands of 7 cost 14), and so is each band's read of
+// the whole filter: at ~10 flops per byte a core can stream, the time of 20/ow
+// output rows (filter bytes over a row's flops; the channels cancel).
+inline int64_t BandsPerImage(int64_t n, int64_t oh, int64_t ow, int64_t threads) {
+  const double fixed = 20.0 / static_cast<double>(std::max<int64_t>(ow, 1));
   int64_t best = 1;
   double best_cost = 1e300;
   for (int64_t want = 1; want <= kPiecesPerThread * threads && want <= oh / 2; ++want) {
     const int64_t rows = (oh + want - 1) / want, bands = (oh + rows - 1) / rows;
-    const double cost = Makespan(n * bands, rows, threads, 1.0) + Makespan(n * bands, rows, threads, 0.5);
+    const double cost = PlanCost(n * bands, rows, threads, fixed);
     if (cost < best_cost - 1e-9) {
       best_cost = cost;
       best = bands;
@@ -507,7 +514,7 @@ inline Bands PlanBands(const ConvShape& shape, bool host_threads) {
   b.pieces = f.n;
   const int64_t threads = HostThreads();
   if (f.n >= kPiecesPerThread * threads || f.oh < 2) return b;
-  const int64_t per = BandsPerImage(f.n, f.oh, threads);
+  const int64_t per = BandsPerImage(f.n, f.oh, f.ow, threads);
   if (per < 2) return b;
   const int64_t rows = (f.oh + per - 1) / per;
   b.per_image = per;

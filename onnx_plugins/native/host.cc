@@ -90,8 +90,9 @@ struct Hosted : Kernel {
       out.push_back({ctx.output(i, shape), shape, type});
     }
     constexpr int from = abi::WeightsFrom<Core>();
-    const bool same = from >= 0 && (constant_weights || seen.Check(in, from));
-    state.Compute(params, same, in, out, Pool(ctx));
+    const abi::ParallelFor pool = Pool(ctx);
+    const bool same = from >= 0 && (constant_weights || seen.Check(in, from, pool));
+    state.Compute(params, same, in, out, pool);
   }
 };
 
