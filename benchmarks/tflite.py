@@ -2,14 +2,17 @@
 with litert/ registered) against the lowered export (TFLite builtins,
 XNNPack on), side by side in one run, per op and on YOLOv3-416.
 
-    python benchmarks/tflite.py [--repeat 20] [--quick] [--only ops,yolov3-416] [--json] [--no-busy]
+    python benchmarks/tflite.py [--repeat 20] [--quick] [--only ops,yolov3-416,yolov3-layers] [--json] [--no-busy]
 
 Both roads run on the same harness (LiteRT's CompiledModel, CPU accelerator:
 XNNPack takes every builtin it supports; custom ops run on the interpreter's
 thread, spreading their loops over an OpenMP team). Rounds alternate
 between the roads; the table shows medians and lowered/custom (>1: custom is
 faster), quiet and then with one core busy (another process spinning;
---no-busy: quiet only). Goal (issue 17): YoloConvBnLeaky at least as fast as XNNPack's CONV_2D +
+--no-busy: quiet only). XNNPack runs on as many threads as bridge's OpenMP
+team (runtime.host_threads(); LiteRT's own default is one). yolov3-layers:
+each distinct conv layer of YOLOv3-416 alone, and their total weighted by how
+often the model has each (where the whole model's ratio comes from). Goal (issue 17): YoloConvBnLeaky at least as fast as XNNPack's CONV_2D +
 LEAKY_RELU, the other ops faster.
 """
 from __future__ import annotations
@@ -56,6 +59,27 @@ def _op_cases(rng, quick):
                    {name: rng.standard_normal(shapes[0]).astype(np.float32)})
 
 
+# YOLOv3-416's YoloConvBnLeaky layers: (input size, Cin, Cout, kernel, stride, how many), SAME padding
+YOLOV3_LAYERS = [(416, 3, 32, 3, 1, 1), (416, 32, 64, 3, 2, 1), (208, 64, 32, 1, 1, 1), (208, 32, 64, 3, 1, 1),
+                 (208, 64, 128, 3, 2, 1), (104, 128, 64, 1, 1, 2), (104, 64, 128, 3, 1, 2), (104, 128, 256, 3, 2, 1),
+                 (52, 256, 128, 1, 1, 10), (52, 128, 256, 3, 1, 11), (52, 256, 512, 3, 2, 1), (26, 512, 256, 1, 1, 11),
+                 (26, 256, 512, 3, 1, 11), (26, 512, 1024, 3, 2, 1), (13, 1024, 512, 1, 1, 7), (13, 512, 1024, 3, 1, 7),
+                 (13, 512, 256, 1, 1, 1), (26, 768, 256, 1, 1, 1), (26, 256, 128, 1, 1, 1), (52, 384, 128, 1, 1, 1)]
+
+
+def _layer_cases(rng):
+    """(label, fn, input specs, output names, feeds, count) per YOLOV3_LAYERS row."""
+    import tensorflow as tf
+    from bridge import tf_ops
+    for n, cin, cout, k, s, count in YOLOV3_LAYERS:
+        consts = [rng.uniform(0.5, 1.5, (k, k, cin, cout)).astype(np.float32) * 0.1] + \
+                 [rng.uniform(0.5, 1.5, cout).astype(np.float32) for _ in range(5)]
+        yield (f"{n}x{n}x{cin}->{cout} k{k} s{s} x{count}",
+               lambda x, c=consts, st=s: tf_ops.yolo_conv_bn_leaky(x, *c, strides=[1, st, st, 1], padding="SAME"),
+               [tf.TensorSpec((1, n, n, cin), tf.float32, name="x")], ["y"],
+               {"x": rng.standard_normal((1, n, n, cin)).astype(np.float32)}, count)
+
+
 def _time(custom_data, lowered_data, feeds, repeat, busy):
     """(quiet medians, rounds, max relative difference, medians with one core busy or None)."""
     from bridge.litert import runtime
@@ -83,7 +107,7 @@ def main(argv=None) -> int:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--no-busy", action="store_true", help="quiet only: no second run with one core busy")
     args = parser.parse_args(argv)
-    parts = chosen(parser, args.only, ["ops", "yolov3-416"])
+    parts = chosen(parser, args.only, ["ops", "yolov3-416", "yolov3-layers"])
     from bridge.converters import export_tflite as ex
     from bridge.litert import runtime
     lib = runtime.library()
@@ -93,6 +117,15 @@ def main(argv=None) -> int:
         for op, case, fn, specs, names, feeds in _op_cases(rng, args.quick):
             data = {m: ex.convert(fn, specs, names, mode=m) for m in ("custom", "lowered")}
             rows.append((op, case, *_time(data["custom"], data["lowered"], feeds, args.repeat, not args.no_busy)))
+    if "yolov3-layers" in parts:
+        weighted = {"custom": 0.0, "lowered": 0.0}
+        for label, fn, specs, names, feeds, count in _layer_cases(rng):
+            data = {m: ex.convert(fn, specs, names, mode=m) for m in ("custom", "lowered")}
+            med, rounds, err, loaded = _time(data["custom"], data["lowered"], feeds, args.repeat, False)
+            rows.append(("YoloConvBnLeaky", label, med, rounds, err, loaded))
+            for m in weighted:
+                weighted[m] += count * med[m]
+        rows.append(("yolov3-416 layers", "weighted by count", weighted, rounds, 0.0, None))
     if "yolov3-416" in parts:
         from bridge.parity import open_source
         from bridge.parity.runtimes.tflite import exported
@@ -114,6 +147,8 @@ def main(argv=None) -> int:
             row.update({"busy: custom ms": round(loaded["custom"] * 1e3, 3),
                         "busy: lowered ms": round(loaded["lowered"] * 1e3, 3),
                         "busy: lowered/custom": round(loaded["lowered"] / loaded["custom"], 2)})
+        elif any(r[5] for r in rows):  # the layer sweep runs quiet only
+            row.update({"busy: custom ms": "", "busy: lowered ms": "", "busy: lowered/custom": ""})
         row.update({"max rel diff": f"{err:.1e}", "rounds": rounds, "target": target_note(ratio, TARGET)})
         table.append(row)
     if args.json:

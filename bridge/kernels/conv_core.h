@@ -159,13 +159,14 @@ struct WinoPlan {
   // barriers (after the input transform, at the end), not three. On oneDNN's own
   // threads, one block of all Cout.
   int64_t block = 0, blocks = 1;
-  // One of the 16 GEMMs of one block, [chunk, Cin] x [Cin, block], into a dense
-  // [chunk, block] matrix of M (oneDNN 3.2's brgemm matmul takes no row stride
-  // there): M holds 16 x blocks of them, U[k]'s block j at k * blocks + j.
+  // The 16 GEMMs of one block as one batched matmul, [16, chunk, Cin] x
+  // [16, Cin, block] (U's block) into a dense [16, chunk, block] part of M
+  // (oneDNN 3.2's brgemm matmul takes no row stride there): M is blocks of them.
+  // One call per block, not 16: each call costs microseconds of its own.
   dnnl::matmul::primitive_desc pd;
   dnnl::matmul mm;
   dnnl::memory::desc src_md, dst_md, user_w_md;
-  dnnl::reorder pack;  // one U[k] [Cin, Cout] -> pd.weights_desc()
+  dnnl::reorder pack;  // one block of U, [16, Cin, block] (rows Cout apart) -> pd.weights_desc()
 };
 
 // Blocks of output channels for the host's threads: the count, dividing Cout into
@@ -202,10 +203,10 @@ inline std::unique_ptr<WinoPlan> MakeWinoPlan(const ConvShape& g, bool host_thre
   p->blocks = host_threads ? WinoBlocks(g.cout, HostThreads()) : 1;
   if (p->blocks == 0) return nullptr;
   p->block = g.cout / p->blocks;
-  p->src_md = dnnl::memory::desc({p->chunk, g.cin}, dt::f32, tag::ab);
-  p->dst_md = dnnl::memory::desc({p->chunk, p->block}, dt::f32, tag::ab);
-  p->user_w_md = dnnl::memory::desc({g.cin, p->block}, dt::f32, dnnl::memory::dims{g.cout, 1});
-  dnnl::memory::desc w_any({g.cin, p->block}, dt::f32, tag::any);
+  p->src_md = dnnl::memory::desc({16, p->chunk, g.cin}, dt::f32, tag::abc);
+  p->dst_md = dnnl::memory::desc({16, p->chunk, p->block}, dt::f32, tag::abc);
+  p->user_w_md = dnnl::memory::desc({16, g.cin, p->block}, dt::f32, dnnl::memory::dims{g.cin * g.cout, g.cout, 1});
+  dnnl::memory::desc w_any({16, g.cin, p->block}, dt::f32, tag::any);
   p->pd = dnnl::matmul::primitive_desc(DnnlEngine(), p->src_md, w_any, p->dst_md, UserScratchpad());
   if (!Brgemm(p->pd.impl_info_str())) return nullptr;
   p->mm = dnnl::matmul(p->pd);
@@ -284,11 +285,11 @@ inline void WinoInput(const float* x, const WinoPlan& w, int64_t t0, int64_t t_b
 inline void WinoOutput(const float* m, const WinoPlan& w, int64_t t0, int64_t t_begin, int64_t t_end, int64_t blk,
                        const float* s, const float* b, float alpha, float* y) {
   const ConvShape& g = w.g;
-  const int64_t ld = w.blocks * w.chunk * w.block, o_begin = blk * w.block, o_end = o_begin + w.block;
+  const int64_t ld = w.chunk * w.block, o_begin = blk * w.block, o_end = o_begin + w.block;
   for (int64_t t = t_begin; t < t_end; ++t) {
     const int64_t n = t / (w.th * w.tw), r = t % (w.th * w.tw);
     const int64_t oy = 2 * (r / w.tw), ox = 2 * (r % w.tw);
-    const float* src = m + (blk * w.chunk + (t - t0)) * w.block - o_begin;  // indexed by output channel
+    const float* src = m + (blk * 16 * w.chunk + (t - t0)) * w.block - o_begin;  // indexed by output channel
     float* dst[2][2];
     for (int a = 0; a < 2; ++a) {
       for (int c = 0; c < 2; ++c) {
@@ -325,8 +326,8 @@ inline void WinoOutput(const float* m, const WinoPlan& w, int64_t t0, int64_t t_
   }
 }
 
-// The whole Winograd convolution for x -> y on the packed U (`u`: 16 x blocks
-// matrices, U[k]'s block j at k * blocks + j). v and m hold 16 * chunk * cin and
+// The whole Winograd convolution for x -> y on the packed U (`u`: U's blocks of
+// output channels, each its 16 matrices). v and m hold 16 * chunk * cin and
 // 16 * chunk * cout floats, zeros cin zeros. parallel(count, cost_per_item,
 // fn(begin, end)) spreads [0, count) over the caller's threads; `host_threads`:
 // the GEMMs too, a block of output channels per piece (else oneDNN's own threads).
@@ -338,12 +339,9 @@ void WinoRun(const WinoPlan& w, const std::vector<dnnl::memory>& u, const float*
   auto gemms = [&](int64_t j) {  // the 16 GEMMs of block j
     auto& engine = DnnlEngine();
     dnnl::stream stream(engine);
-    for (int64_t k = 0; k < 16; ++k) {
-      dnnl::memory src(w.src_md, engine, v + k * w.chunk * g.cin),
-          dst(w.dst_md, engine, m + (k * w.blocks + j) * w.chunk * w.block);
-      w.mm.execute(stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, u[k * w.blocks + j]}, {DNNL_ARG_DST, dst},
-                            {DNNL_ARG_SCRATCHPAD, Scratch(w.pd.scratchpad_desc())}});
-    }
+    dnnl::memory src(w.src_md, engine, v), dst(w.dst_md, engine, m + j * 16 * w.chunk * w.block);
+    w.mm.execute(stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, u[j]}, {DNNL_ARG_DST, dst},
+                          {DNNL_ARG_SCRATCHPAD, Scratch(w.pd.scratchpad_desc())}});
     stream.wait();
   };
   for (int64_t t0 = 0; t0 < w.tiles; t0 += w.chunk) {
@@ -729,12 +727,10 @@ class Road {
       std::vector<float> u(16 * g.cin * g.cout);
       float* up = u.data();
       parallel(g.cin, 40 * g.cout, [&](int64_t begin, int64_t end) { WinoFilter(filter, g.cin, g.cout, begin, end, up); });
-      for (int k = 0; k < 16; ++k) {
-        for (int64_t j = 0; j < wino_plan->blocks; ++j) {
-          dnnl::memory user_u(wino_plan->user_w_md, engine, up + k * g.cin * g.cout + j * wino_plan->block);
-          p->u.emplace_back(p->md, engine);
-          wino_plan->pack.execute(stream, {{DNNL_ARG_FROM, user_u}, {DNNL_ARG_TO, p->u.back()}});
-        }
+      for (int64_t j = 0; j < wino_plan->blocks; ++j) {
+        dnnl::memory user_u(wino_plan->user_w_md, engine, up + j * wino_plan->block);
+        p->u.emplace_back(p->md, engine);
+        wino_plan->pack.execute(stream, {{DNNL_ARG_FROM, user_u}, {DNNL_ARG_TO, p->u.back()}});
       }
       stream.wait();
     } else {
