@@ -39,6 +39,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <mutex>
 #include <string>
@@ -334,21 +335,28 @@ constexpr int WeightsFrom() {
 inline int64_t Bytes(const In& v) { return v.size() * (v.type == DType::kFloat16 ? 2 : 4); }
 
 // Whether the weights' bytes equal those of the previous call; keeps a copy.
-// For hosts that cannot tell otherwise (a LiteRT node's tensors).
+// For hosts that cannot tell otherwise (a LiteRT node's tensors). Weights at the
+// previous call's addresses, in mappings without write permission, are not
+// compared again: their bytes cannot have changed (LiteRT maps a model file's
+// constants read-only, and XNNPack packs them once on the same premise), and a
+// 19 MB filter was a millisecond of comparing per call.
 class SameBytes {
  public:
-  // `parallel`: the host's loop, where the bytes are many (a 3x3 512->1024
-  // filter is 19 MB, a millisecond to compare on one thread).
+  // `parallel`: the host's loop, where the bytes are many.
   bool Check(const std::vector<In>& in, int from, const ParallelFor& parallel = nullptr) {
     std::vector<int64_t> shapes;
+    std::vector<std::pair<uintptr_t, uintptr_t>> spans;
     int64_t total = 0;
     for (size_t i = from; i < in.size(); ++i) {
       shapes.push_back(static_cast<int64_t>(in[i].shape.size()) * 2 + (in[i].type == DType::kFloat16));
       shapes.insert(shapes.end(), in[i].shape.begin(), in[i].shape.end());
       total += Bytes(in[i]);
+      const auto at = reinterpret_cast<uintptr_t>(in[i].data);
+      spans.emplace_back(at, at + static_cast<uintptr_t>(Bytes(in[i])));
     }
     std::lock_guard<std::mutex> lock(mu_);
     bool same = shapes == shapes_;
+    if (same && read_only_ && spans == spans_) return true;  // kept_ still holds these bytes
     for (size_t i = from, at = 0; i < in.size() && same; at += Bytes(in[i]), ++i)
       same = !Bytes(in[i]) || Equal(kept_.data() + at, static_cast<const char*>(in[i].data), Bytes(in[i]), parallel);
     if (!same) {
@@ -356,6 +364,10 @@ class SameBytes {
       kept_.resize(total);
       for (size_t i = from, at = 0; i < in.size(); at += Bytes(in[i]), ++i)
         if (Bytes(in[i])) std::memcpy(kept_.data() + at, in[i].data, Bytes(in[i]));
+    }
+    if (spans != spans_) {
+      read_only_ = AllReadOnly(spans);
+      spans_ = std::move(spans);
     }
     return same;
   }
@@ -374,7 +386,29 @@ class SameBytes {
     return !differ;
   }
 
+  // Whether every non-empty span lies inside one mapping without write permission.
+  static bool AllReadOnly(const std::vector<std::pair<uintptr_t, uintptr_t>>& spans) {
+    std::ifstream maps("/proc/self/maps");
+    std::vector<std::pair<uintptr_t, uintptr_t>> read_only;
+    std::string line;
+    while (std::getline(maps, line)) {
+      unsigned long lo = 0, hi = 0;
+      char perms[5] = {0};
+      if (std::sscanf(line.c_str(), "%lx-%lx %4s", &lo, &hi, perms) == 3 && perms[1] != 'w')
+        read_only.emplace_back(lo, hi);
+    }
+    for (const auto& s : spans) {
+      if (s.first == s.second) continue;  // an empty tensor
+      bool inside = false;
+      for (const auto& m : read_only) inside = inside || (m.first <= s.first && s.second <= m.second);
+      if (!inside) return false;
+    }
+    return true;
+  }
+
   std::mutex mu_;
+  std::vector<std::pair<uintptr_t, uintptr_t>> spans_;  // the previous call's weights, [begin, end)
+  bool read_only_ = false;                              // all of them in read-only mappings
   std::vector<int64_t> shapes_;
   std::vector<char> kept_;
 };

@@ -142,6 +142,22 @@ inline double PlanCost(int64_t pieces, double rows, int64_t threads, double fixe
   return 2 * Makespan(pieces, rows, threads, 1.0, fixed) + Makespan(pieces, rows, threads, 0.5, fixed);
 }
 
+// The n in [1, most] of least cost(n), the smallest between equals; a negative
+// cost leaves n out. 0 where every n is left out.
+template <typename Cost>
+int64_t Cheapest(int64_t most, Cost&& cost) {
+  int64_t best = 0;
+  double best_cost = 0.0;
+  for (int64_t n = 1; n <= most; ++n) {
+    const double c = cost(n);
+    if (c >= 0.0 && (best == 0 || c < best_cost - 1e-9)) {
+      best = n;
+      best_cost = c;
+    }
+  }
+  return best;
+}
+
 // Where Winograd beat the direct convolution on YOLOv3's layers (too few input
 // channels leave too little work per transform; benchmarks/RESULTS.md).
 inline bool WinoEligible(const ConvShape& g) {
@@ -172,17 +188,9 @@ struct WinoPlan {
 // Blocks of output channels for the host's threads: the count, dividing Cout into
 // blocks of 16 or more, of least PlanCost (fewest between equals); 0 where none does.
 inline int64_t WinoBlocks(int64_t cout, int64_t threads) {
-  int64_t best = 0;
-  double best_cost = 1e300;
-  for (int64_t n = 1; n <= kPiecesPerThread * threads; ++n) {
-    if (cout % n || cout / n < 16) continue;
-    const double cost = PlanCost(n, static_cast<double>(cout / n), threads);
-    if (cost < best_cost - 1e-9) {
-      best_cost = cost;
-      best = n;
-    }
-  }
-  return best;
+  return Cheapest(kPiecesPerThread * threads, [&](int64_t n) {
+    return cout % n || cout / n < 16 ? -1.0 : PlanCost(n, static_cast<double>(cout / n), threads);
+  });
 }
 
 // Null where oneDNN has no brgemm matmul for it (then Winograd is not worth it),
@@ -477,17 +485,14 @@ struct Bands {
 // output rows (filter bytes over a row's flops; the channels cancel).
 inline int64_t BandsPerImage(int64_t n, int64_t oh, int64_t ow, int64_t threads) {
   const double fixed = 20.0 / static_cast<double>(std::max<int64_t>(ow, 1));
-  int64_t best = 1;
-  double best_cost = 1e300;
-  for (int64_t want = 1; want <= kPiecesPerThread * threads && want <= oh / 2; ++want) {
-    const int64_t rows = (oh + want - 1) / want, bands = (oh + rows - 1) / rows;
-    const double cost = PlanCost(n * bands, rows, threads, fixed);
-    if (cost < best_cost - 1e-9) {
-      best_cost = cost;
-      best = bands;
-    }
-  }
-  return best;
+  auto bands = [oh](int64_t want) {  // the bands that `want` bands' rows each make
+    const int64_t rows = (oh + want - 1) / want;
+    return (oh + rows - 1) / rows;
+  };
+  const int64_t want = Cheapest(std::min(kPiecesPerThread * threads, oh / 2), [&](int64_t w) {
+    return PlanCost(n * bands(w), (oh + w - 1) / w, threads, fixed);
+  });
+  return want ? bands(want) : 1;
 }
 
 // A pointwise convolution reads each pixel alone: its image as one column of

@@ -5,9 +5,6 @@
 // checked by the core's one shape function, and the core computes on OpenMP
 // threads (with its per-node state where it has one: abi.h).
 #include <algorithm>
-#include <cstdint>
-#include <cstdio>
-#include <fstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -41,59 +38,13 @@ void ParallelFor(int64_t count, int64_t cost, const abi::Range& fn) {
   for (int64_t t = 0; t < split.tasks; ++t) fn(t * split.per, std::min(count, (t + 1) * split.per));
 }
 
-// Weight inputs in read-only memory: LiteRT maps a model file's constants
-// read-only (and XNNPack packs them once, on the same premise), so while a
-// node's weight pointers stay those of its previous call, in mappings without
-// write permission, their bytes are that call's: no 19 MB comparison per call.
-class ReadOnlyWeights {
- public:
-  bool Same(const std::vector<abi::In>& in, int from) {
-    std::vector<std::pair<uintptr_t, uintptr_t>> spans;
-    for (size_t i = from; i < in.size(); ++i) {
-      const auto at = reinterpret_cast<uintptr_t>(in[i].data);
-      spans.emplace_back(at, at + static_cast<uintptr_t>(abi::Bytes(in[i])));
-    }
-    if (spans == spans_) return read_only_;
-    spans_ = std::move(spans);
-    read_only_ = AllReadOnly(spans_);
-    return false;  // new pointers: the previous call's bytes were others
-  }
-
- private:
-  static bool AllReadOnly(const std::vector<std::pair<uintptr_t, uintptr_t>>& spans) {
-    std::ifstream maps("/proc/self/maps");
-    std::vector<std::pair<uintptr_t, uintptr_t>> read_only;  // mappings without 'w'
-    std::string line;
-    while (std::getline(maps, line)) {
-      unsigned long lo = 0, hi = 0;
-      char perms[5] = {0};
-      if (std::sscanf(line.c_str(), "%lx-%lx %4s", &lo, &hi, perms) == 3 && perms[1] != 'w')
-        read_only.emplace_back(lo, hi);
-    }
-    for (const auto& s : spans) {
-      if (s.first == s.second) continue;  // an empty tensor
-      bool inside = false;
-      for (const auto& m : read_only) inside = inside || (m.first <= s.first && s.second <= m.second);
-      if (!inside) return false;
-    }
-    return true;
-  }
-
-  std::vector<std::pair<uintptr_t, uintptr_t>> spans_;
-  bool read_only_ = false;
-};
-
 template <typename Core>
 struct Hosted : Node {
   using Spec = typename Core::Spec;
   typename Core::Params params;
 
   abi::NodeState<Core> state;
-  // Where the weights are not in read-only memory, their bytes are compared with
-  // the previous call's. The kept copy stays those the packed weights came from:
-  // every call with new pointers goes through it.
-  ReadOnlyWeights read_only;
-  abi::SameBytes seen;
+  abi::SameBytes seen;  // a node's weights are its constant tensors, compared or read-only, never assumed
 
   explicit Hosted(const Attrs& attrs) {
     typename Spec::Attrs a;
@@ -120,8 +71,7 @@ struct Hosted : Node {
     std::vector<abi::Out> outs;
     for (const View& v : out) outs.push_back({v.data, v.shape, abi::DType::kFloat32});
     constexpr int from = abi::WeightsFrom<Core>();
-    const bool same = from >= 0 && (read_only.Same(ins, from) || seen.Check(ins, from, ParallelFor));
-    state.Compute(params, same, ins, outs, ParallelFor);
+    state.Compute(params, from >= 0 && seen.Check(ins, from, ParallelFor), ins, outs, ParallelFor);
   }
 };
 
