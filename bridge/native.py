@@ -340,6 +340,11 @@ ORT_PROBE = """#if defined(__x86_64__) || defined(__i386__)
 #endif
 int probe() { return ORT_API_VERSION; }
 """
+# The kernel cores (bridge/kernels/conv_gemm.h) include Eigen, whichever host
+# builds them: a build of the cores probes it too, under the same flags.
+CORES_PROBE = """#include <Eigen/Core>
+int probe_cores() { Eigen::half h(1.0f); return static_cast<int>(static_cast<float>(h)); }
+"""
 
 
 def _package_dir(package: str) -> Path:
@@ -621,8 +626,9 @@ def ort_build(portable: Optional[bool] = None, fetch: bool = True) -> Optional[B
                                   *sorted(kernels.glob("*.h"))])
     return Build(name="ort", source_dir=source, binds_to=f"ort{ort_headers.api_version(include)}",
                  target_file="libbridge_ort_ops.so", options=options, extra_sources=extra,
-                 describe="the onnxruntime kernels", probe_source=ORT_PROBE,
-                 probe_flags=[f"-I{include}"] + ([f"-I{dnnl / 'include'}", "-DBRIDGE_HAVE_DNNL=1"] if dnnl else []),
+                 describe="the onnxruntime kernels", probe_source=ORT_PROBE + CORES_PROBE,
+                 probe_flags=[f"-I{include}", f"-isystem{options['BRIDGE_EIGEN_INCLUDE']}"]
+                 + ([f"-I{dnnl / 'include'}", "-DBRIDGE_HAVE_DNNL=1"] if dnnl else []),
                  portable=portable)
 
 
@@ -700,12 +706,13 @@ def litert_build(portable: Optional[bool] = None) -> Build:
     if dnnl:
         options["BRIDGE_DNNL_ROOT"] = str(dnnl)
     probe = "#if defined(__x86_64__)\n#include <immintrin.h>\n#endif\n" + \
-            ("#include <oneapi/dnnl/dnnl.hpp>\n" if dnnl else "") + "int probe() { return 0; }\n"
+            ("#include <oneapi/dnnl/dnnl.hpp>\n" if dnnl else "") + "int probe() { return 0; }\n" + CORES_PROBE
     extra = _with_cores(options, [*sorted(kernels.glob("*.h")), tf_ops_dir / "cpu" / "native.cmake"])
     return Build(name="tflite", source_dir=source, binds_to=f"litert{version}", target_file="libbridge_litert_ops.so",
                  options=options, extra_sources=extra,
                  describe=f"the LiteRT kernels for ai-edge-litert {version}", probe_source=probe,
-                 probe_flags=[f"-I{dnnl / 'include'}"] if dnnl else [], portable=portable)
+                 probe_flags=[f"-isystem{options['BRIDGE_EIGEN_INCLUDE']}"] + ([f"-I{dnnl / 'include'}"] if dnnl else []),
+                 portable=portable)
 
 
 def litert_library_build(folder, portable: Optional[bool] = None) -> Build:

@@ -78,6 +78,27 @@ def test_the_probe_finds_the_sapphire_rapids_eigen_failure_with_the_real_headers
     assert choice.flags == ["-march=native", "-mno-avx512fp16"], choice
 
 
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="AVX512-FP16 is an x86-64 feature")
+@pytest.mark.parametrize("which", ["ort", "litert"])
+def test_every_build_of_the_kernel_cores_probes_the_eigen_they_include(which):
+    """The onnxruntime and LiteRT libraries compile the kernel cores, which include
+    Eigen: on a Sapphire Rapids CPU their probe must fail where Eigen fails, or the
+    build tries -march=native, fails, and falls back to portable (what this machine
+    did before the probes included Eigen)."""
+    if not _knows("-mavx512fp16"):
+        pytest.skip("this compiler has no -mavx512fp16 (g++ >= 12 has)")
+    if which == "litert":
+        pytest.importorskip("ai_edge_litert")
+    build = native.ort_build() if which == "ort" else native.litert_build()
+    cxx = native.cxx_compiler()
+    spr = ["-march=native", "-mavx512fp16"]
+    eigen = cpu_flags.probe_compiles(cxx, "#include <Eigen/Core>\n",
+                                     ["-isystem", build.options["BRIDGE_EIGEN_INCLUDE"]])(spr)
+    probe = cpu_flags.probe_compiles(cxx, build.probe_source, build.probe_flags)(spr)
+    assert probe == eigen, (which, probe, eigen)
+    assert cpu_flags.probe_compiles(cxx, build.probe_source, build.probe_flags)(["-march=native", "-mno-avx512fp16"])
+
 # -- the build cache -------------------------------------------------------------
 
 def _project(tmp_path, monkeypatch):
