@@ -170,31 +170,29 @@ constexpr int64_t kWinoChunkBytes = 6 << 20;  // V and M of one chunk of tiles s
 struct WinoPlan {
   ConvShape g;
   int64_t th = 0, tw = 0, tiles = 0, chunk = 0;  // tiles per GEMM chunk (the last one padded)
-  // Output channels per piece on the host's threads: one piece runs the 16 GEMMs
-  // of its block and the output transform of its block, so a chunk waits at two
-  // barriers (after the input transform, at the end), not three. On oneDNN's own
-  // threads, one block of all Cout.
-  int64_t block = 0, blocks = 1;
-  // The 16 GEMMs of one block as one batched matmul, [16, chunk, Cin] x
-  // [16, Cin, block] (U's block) into a dense [16, chunk, block] part of M
-  // (oneDNN 3.2's brgemm matmul takes no row stride there): M is blocks of them.
-  // One call per block, not 16: each call costs microseconds of its own.
+  // Pieces on the host's threads: `groups` groups of `per` of the 16 matrices,
+  // every output channel each, so a piece reads only its own part of V and of U.
+  // (Pieces by blocks of output channels each read all of V: 4-8% slower on
+  // YOLOv3's Winograd layers, for one barrier less.) On oneDNN's own threads, one group.
+  int64_t groups = 1, per = 16;
+  // A group's GEMMs as one batched matmul, [per, chunk, Cin] x [per, Cin, Cout]
+  // (its part of U) into its dense [per, chunk, Cout] part of M: one call per
+  // group, not per matrix (each call costs microseconds of its own).
   dnnl::matmul::primitive_desc pd;
   dnnl::matmul mm;
   dnnl::memory::desc src_md, dst_md, user_w_md;
-  dnnl::reorder pack;  // one block of U, [16, Cin, block] (rows Cout apart) -> pd.weights_desc()
+  dnnl::reorder pack;  // one group of U, [per, Cin, Cout] -> pd.weights_desc()
 };
 
-// Blocks of output channels for the host's threads: the count, dividing Cout into
-// blocks of 16 or more, of least PlanCost (fewest between equals); 0 where none does.
-inline int64_t WinoBlocks(int64_t cout, int64_t threads) {
-  return Cheapest(kPiecesPerThread * threads, [&](int64_t n) {
-    return cout % n || cout / n < 16 ? -1.0 : PlanCost(n, static_cast<double>(cout / n), threads);
+// Groups of the 16 matrices for the host's threads: the count dividing 16 of
+// least PlanCost (fewest between equals).
+inline int64_t WinoGroups(int64_t threads) {
+  return Cheapest(std::min<int64_t>(16, kPiecesPerThread * threads), [&](int64_t n) {
+    return 16 % n ? -1.0 : PlanCost(n, static_cast<double>(16 / n), threads);
   });
 }
 
-// Null where oneDNN has no brgemm matmul for it (then Winograd is not worth it),
-// or no block split of Cout serves the host's threads (then the direct road).
+// Null where oneDNN has no brgemm matmul for it (then Winograd is not worth it).
 // Throws dnnl::error where oneDNN has no implementation at all.
 inline std::unique_ptr<WinoPlan> MakeWinoPlan(const ConvShape& g, bool host_threads) {
   using tag = dnnl::memory::format_tag;
@@ -208,13 +206,12 @@ inline std::unique_ptr<WinoPlan> MakeWinoPlan(const ConvShape& g, bool host_thre
   // Equal chunks: the last one is padded up to the chunk size, and padding is work.
   const int64_t chunks = std::max<int64_t>(1, (p->tiles * per_tile + kWinoChunkBytes - 1) / kWinoChunkBytes);
   p->chunk = (p->tiles + chunks - 1) / chunks;
-  p->blocks = host_threads ? WinoBlocks(g.cout, HostThreads()) : 1;
-  if (p->blocks == 0) return nullptr;
-  p->block = g.cout / p->blocks;
-  p->src_md = dnnl::memory::desc({16, p->chunk, g.cin}, dt::f32, tag::abc);
-  p->dst_md = dnnl::memory::desc({16, p->chunk, p->block}, dt::f32, tag::abc);
-  p->user_w_md = dnnl::memory::desc({16, g.cin, p->block}, dt::f32, dnnl::memory::dims{g.cin * g.cout, g.cout, 1});
-  dnnl::memory::desc w_any({16, g.cin, p->block}, dt::f32, tag::any);
+  p->groups = host_threads ? WinoGroups(HostThreads()) : 1;
+  p->per = 16 / p->groups;
+  p->src_md = dnnl::memory::desc({p->per, p->chunk, g.cin}, dt::f32, tag::abc);
+  p->dst_md = dnnl::memory::desc({p->per, p->chunk, g.cout}, dt::f32, tag::abc);
+  p->user_w_md = dnnl::memory::desc({p->per, g.cin, g.cout}, dt::f32, tag::abc);
+  dnnl::memory::desc w_any({p->per, g.cin, g.cout}, dt::f32, tag::any);
   p->pd = dnnl::matmul::primitive_desc(DnnlEngine(), p->src_md, w_any, p->dst_md, UserScratchpad());
   if (!Brgemm(p->pd.impl_info_str())) return nullptr;
   p->mm = dnnl::matmul(p->pd);
@@ -288,16 +285,15 @@ inline void WinoInput(const float* x, const WinoPlan& w, int64_t t0, int64_t t_b
   }
 }
 
-// y = leaky((A^T M A) * s + b) for tiles [t_begin, t_end) within the real tiles,
-// output channels [blk * block, (blk + 1) * block): block blk's 16 matrices of M.
-inline void WinoOutput(const float* m, const WinoPlan& w, int64_t t0, int64_t t_begin, int64_t t_end, int64_t blk,
+// y = leaky((A^T M A) * s + b) for tiles [t_begin, t_end) within the real tiles.
+inline void WinoOutput(const float* m, const WinoPlan& w, int64_t t0, int64_t t_begin, int64_t t_end,
                        const float* s, const float* b, float alpha, float* y) {
   const ConvShape& g = w.g;
-  const int64_t ld = w.chunk * w.block, o_begin = blk * w.block, o_end = o_begin + w.block;
+  const int64_t ld = w.chunk * g.cout, o_begin = 0, o_end = g.cout;
   for (int64_t t = t_begin; t < t_end; ++t) {
     const int64_t n = t / (w.th * w.tw), r = t % (w.th * w.tw);
     const int64_t oy = 2 * (r / w.tw), ox = 2 * (r % w.tw);
-    const float* src = m + (blk * 16 * w.chunk + (t - t0)) * w.block - o_begin;  // indexed by output channel
+    const float* src = m + (t - t0) * g.cout;  // indexed by output channel
     float* dst[2][2];
     for (int a = 0; a < 2; ++a) {
       for (int c = 0; c < 2; ++c) {
@@ -334,21 +330,22 @@ inline void WinoOutput(const float* m, const WinoPlan& w, int64_t t0, int64_t t_
   }
 }
 
-// The whole Winograd convolution for x -> y on the packed U (`u`: U's blocks of
-// output channels, each its 16 matrices). v and m hold 16 * chunk * cin and
-// 16 * chunk * cout floats, zeros cin zeros. parallel(count, cost_per_item,
-// fn(begin, end)) spreads [0, count) over the caller's threads; `host_threads`:
-// the GEMMs too, a block of output channels per piece (else oneDNN's own threads).
+// The whole Winograd convolution for x -> y on the packed U (`u`: U's groups of
+// its 16 matrices). v and m hold 16 * chunk * cin and 16 * chunk * cout floats,
+// zeros cin zeros. parallel(count, cost_per_item, fn(begin, end)) spreads
+// [0, count) over the caller's threads; `host_threads`: the GEMMs too, a group
+// per piece (else oneDNN's own threads).
 template <typename ParallelFor>
 void WinoRun(const WinoPlan& w, const std::vector<dnnl::memory>& u, const float* x, const float* s, const float* b,
              float alpha, float* v, float* m, const float* zeros, float* y, bool host_threads,
              ParallelFor&& parallel) {
   const ConvShape& g = w.g;
-  auto gemms = [&](int64_t j) {  // the 16 GEMMs of block j
+  auto gemms = [&](int64_t q) {  // the GEMMs of group q
     auto& engine = DnnlEngine();
     dnnl::stream stream(engine);
-    dnnl::memory src(w.src_md, engine, v), dst(w.dst_md, engine, m + j * 16 * w.chunk * w.block);
-    w.mm.execute(stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, u[j]}, {DNNL_ARG_DST, dst},
+    dnnl::memory src(w.src_md, engine, v + q * w.per * w.chunk * g.cin),
+        dst(w.dst_md, engine, m + q * w.per * w.chunk * g.cout);
+    w.mm.execute(stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, u[q]}, {DNNL_ARG_DST, dst},
                           {DNNL_ARG_SCRATCHPAD, Scratch(w.pd.scratchpad_desc())}});
     stream.wait();
   };
@@ -358,13 +355,10 @@ void WinoRun(const WinoPlan& w, const std::vector<dnnl::memory>& u, const float*
              [&](int64_t begin, int64_t end) { WinoInput(x, w, t0, t0 + begin, t0 + end, zeros, v); });
     if (host_threads) {
       std::atomic<bool> failed{false};  // as in Road::Run: nothing thrown across the host's pool
-      parallel(w.blocks, kOwnTask, [&](int64_t j0, int64_t j1) {
+      parallel(w.groups, kOwnTask, [&](int64_t q0, int64_t q1) {
         OneThread one;
         try {
-          for (int64_t j = j0; j < j1; ++j) {
-            gemms(j);
-            WinoOutput(m, w, t0, t0, t0 + real, j, s, b, alpha, y);
-          }
+          for (int64_t q = q0; q < q1; ++q) gemms(q);
         } catch (const dnnl::error&) {
           failed = true;
         }
@@ -372,10 +366,9 @@ void WinoRun(const WinoPlan& w, const std::vector<dnnl::memory>& u, const float*
       if (failed) throw dnnl::error(dnnl_runtime_error, "a Winograd GEMM failed");
     } else {
       gemms(0);
-      parallel(real, 60 * g.cout, [&](int64_t begin, int64_t end) {
-        WinoOutput(m, w, t0, t0 + begin, t0 + end, 0, s, b, alpha, y);
-      });
     }
+    parallel(real, 60 * g.cout,
+             [&](int64_t begin, int64_t end) { WinoOutput(m, w, t0, t0 + begin, t0 + end, s, b, alpha, y); });
   }
 }
 
@@ -743,8 +736,8 @@ class Road {
       std::vector<float> u(16 * g.cin * g.cout);
       float* up = u.data();
       parallel(g.cin, 40 * g.cout, [&](int64_t begin, int64_t end) { WinoFilter(filter, g.cin, g.cout, begin, end, up); });
-      for (int64_t j = 0; j < wino_plan->blocks; ++j) {
-        dnnl::memory user_u(wino_plan->user_w_md, engine, up + j * wino_plan->block);
+      for (int64_t q = 0; q < wino_plan->groups; ++q) {
+        dnnl::memory user_u(wino_plan->user_w_md, engine, up + q * wino_plan->per * g.cin * g.cout);
         p->u.emplace_back(p->md, engine);
         wino_plan->pack.execute(stream, {{DNNL_ARG_FROM, user_u}, {DNNL_ARG_TO, p->u.back()}});
       }
