@@ -36,9 +36,9 @@ spinning each runs within a few % of its time alone.
 vs tf2onnx = the anchor's time / the contender's (> 1: faster than the anchor);
 max err = largest |ort - tf| / max(1, |tf|) against the TF fused model's outputs on
 the same input.
-Targets (issue 4, issue 28): bridge's BERT (fastest+contrib, the default export)
+Targets (issue 28): bridge's BERT (fastest+contrib, the default export)
 >= 1.15x the anchor and >= 1.1x the best optimizer contender, its YOLOv3
-(fastest) >= 1.0x. The anchor's export runs in a child process (plain tf2onnx of
+(fastest) >= 1.3x (issue 4 asked 1.0x). The anchor's export runs in a child process (plain tf2onnx of
 full YOLOv3 peaks at ~18 GB); if it dies or passes --plain-max-gb, YOLOv3 falls
 back to width 0.5 for every contender, and the table says so.
 --profile writes onnxruntime profiles and prints each contender's time per op type.
@@ -63,7 +63,7 @@ CASES = {"yolov3-416": ("yolov3", 416), "bert-128": ("bert", 128)}
 BERT_BASE = dict(hidden=768, heads=12, intermediate=3072)
 ANCHOR = "tf2onnx"
 # case -> the issue's target for the anchor's time / the default session's time
-TARGETS = {"yolov3-416": 1.0, "bert-128": 1.15}
+TARGETS = {"yolov3-416": 1.3, "bert-128": 1.15}
 # the contender each case's target applies to (the default export for onnxruntime)
 TARGET_ROAD = {"yolov3-416": "fastest", "bert-128": "fastest+contrib"}
 OPT_TARGET = 1.1      # BERT's default export vs the best optimizer contender
