@@ -323,13 +323,16 @@ def read_build_info(library: Path) -> dict:
 
 # What each build's CPU flags must compile (bridge/cpu_flags.py): the third-party
 # headers its sources include, where a CPU feature can break them.
+# The kernel cores (bridge/kernels/conv_gemm.h) include Eigen, whichever host
+# builds them: a build of the cores probes it too, under the same flags.
+CORES_PROBE = """#include <Eigen/Core>
+int probe_cores() { Eigen::half h(1.0f); return static_cast<int>(static_cast<float>(h)); }
+"""
 TF_PROBE = """#if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #endif
-#include <Eigen/Core>
 #include <unsupported/Eigen/CXX11/Tensor>
-int probe() { Eigen::half h(1.0f); return static_cast<int>(static_cast<float>(h)); }
-"""
+""" + CORES_PROBE
 ORT_PROBE = """#if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #endif
@@ -339,11 +342,6 @@ ORT_PROBE = """#if defined(__x86_64__) || defined(__i386__)
 #include <oneapi/dnnl/dnnl.hpp>
 #endif
 int probe() { return ORT_API_VERSION; }
-"""
-# The kernel cores (bridge/kernels/conv_gemm.h) include Eigen, whichever host
-# builds them: a build of the cores probes it too, under the same flags.
-CORES_PROBE = """#include <Eigen/Core>
-int probe_cores() { Eigen::half h(1.0f); return static_cast<int>(static_cast<float>(h)); }
 """
 
 

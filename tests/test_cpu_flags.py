@@ -78,7 +78,6 @@ def test_the_probe_finds_the_sapphire_rapids_eigen_failure_with_the_real_headers
     assert choice.flags == ["-march=native", "-mno-avx512fp16"], choice
 
 
-
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="AVX512-FP16 is an x86-64 feature")
 @pytest.mark.parametrize("which", ["ort", "litert"])
 def test_every_build_of_the_kernel_cores_probes_the_eigen_they_include(which):
@@ -98,6 +97,7 @@ def test_every_build_of_the_kernel_cores_probes_the_eigen_they_include(which):
     probe = cpu_flags.probe_compiles(cxx, build.probe_source, build.probe_flags)(spr)
     assert probe == eigen, (which, probe, eigen)
     assert cpu_flags.probe_compiles(cxx, build.probe_source, build.probe_flags)(["-march=native", "-mno-avx512fp16"])
+
 
 # -- the build cache -------------------------------------------------------------
 
