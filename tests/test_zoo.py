@@ -93,7 +93,7 @@ def test_plain_tf2onnx_runs_without_bridges_handlers():
 def test_quick_sweep(tmp_path):
     out = tmp_path / "zoo.json"
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    proc = subprocess.run([sys.executable, str(ZOO), "--quick", "--repeat", "3", "--json", str(out)],
+    proc = subprocess.run([sys.executable, str(ZOO), "--quick", "--repeat", "1", "--json", str(out)],
                           capture_output=True, text=True, env=env, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = json.loads(out.read_text())
