@@ -12,7 +12,9 @@ faster), quiet and then with one core busy (another process spinning;
 --no-busy: quiet only). XNNPack runs on as many threads as bridge's OpenMP
 team (runtime.host_threads(); LiteRT's own default is one). yolov3-layers:
 each distinct conv layer of YOLOv3-416 alone, and their total weighted by how
-often the model has each (where the whole model's ratio comes from). Goal (issue 17): YoloConvBnLeaky at least as fast as XNNPack's CONV_2D +
+often the model has each (where the whole model's ratio comes from). The
+whole model runs twice: `--mode custom` (every fused op custom) and `--mode
+fastest` (pointwise convolutions as builtins), each against lowered. Goal (issue 17): YoloConvBnLeaky at least as fast as XNNPack's CONV_2D +
 LEAKY_RELU, the other ops faster.
 """
 from __future__ import annotations
@@ -131,13 +133,16 @@ def main(argv=None) -> int:
         from bridge.parity.runtimes.tflite import exported
         source = open_source("yolov3", config={"input_size": 416})
         try:
-            data = {m: exported(source, m, "none") for m in ("custom", "lowered")}
+            data = {m: exported(source, m, "none") for m in ("custom", "lowered", "fastest")}
             feeds = {i.name: rng.uniform(0, 1, [1 if d is None or d < 0 else d for d in i.shape]).astype(np.float32)
                      for i in source.inputs}
         finally:
             source.close()
         rows.append(("yolov3-416", "whole model",
                      *_time(data["custom"], data["lowered"], feeds, max(3, args.repeat // 4), not args.no_busy)))
+        # --mode fastest: pointwise convolutions as builtins (XNNPack), the rest bridge's kernels
+        rows.append(("yolov3-416", "whole model, --mode fastest",
+                     *_time(data["fastest"], data["lowered"], feeds, max(3, args.repeat // 4), not args.no_busy)))
     table = []
     for op, case, med, rounds, err, loaded in rows:
         ratio = med["lowered"] / med["custom"]

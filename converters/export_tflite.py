@@ -10,6 +10,9 @@ Modes:
   LiteRT kernels (litert/) run them, and verify the file here when they
   serve every custom op in it. The report lists each custom op with its
   custom_code, version and attribute keys, what an application registers.
+- `fastest`: as `custom`, but each fused op call that XNNPack's builtins run faster
+  than bridge's LiteRT kernel is lowered (the op folder's bench.py says which:
+  `litert_prefers_builtins(input_shapes, attrs)`; pointwise YoloConvBnLeaky).
 
 Quantisation (post-training, no calibration data): `float16` stores the weights as
 float16; `dynamic` stores them as int8 and quantises activations per call.
@@ -37,8 +40,9 @@ from bridge.litert.team_libraries import FLAG as LITERT_FLAG
 from . import road_limits
 from .shared_steps import model_to_export
 
-DESCRIPTION = "TFLite: builtins only (lowered: fused ops as their composites) or the fused ops as custom ops"
-MODES = ("lowered", "custom")     # the first is the default
+DESCRIPTION = ("TFLite: builtins only (lowered: fused ops as their composites), the fused ops as custom ops, or "
+               "each on its faster road (fastest)")
+MODES = ("lowered", "custom", "fastest")     # the first is the default
 SUFFIX = ".tflite"
 QUANTIZE = ("none", "float16", "dynamic")
 
@@ -120,14 +124,22 @@ def function(model, input_specs, output_names):
     return tf.function(call, input_signature=sig, autograph=False)
 
 
-def lowered_graph(model):
-    """A TensorFlow graph (SavedModel, GraphModel) with every spec'd op node a call
-    of the op's composite (graph_model.GraphModel.lowered), for builtins-only TFLite."""
+def lowered_graph(model, where=None):
+    """A TensorFlow graph (SavedModel, GraphModel) with every spec'd op node (or those
+    `where(spec, input_shapes, attrs)` picks) a call of the op's composite
+    (graph_model.GraphModel.lowered), for builtins-only (or `fastest`) TFLite."""
     from .graph_model import GraphModelError, load
     try:
-        return load(model).lowered()
+        return load(model).lowered(where)
     except GraphModelError as e:
         raise TFLiteExportError(str(e)) from None
+
+
+def litert_lowers(spec, input_shapes, attrs) -> bool:
+    """`fastest` mode: whether this call of the op goes to TFLite builtins (XNNPack)
+    rather than bridge's LiteRT kernel, as the op's bench.py measured."""
+    rule = getattr(specs.part(spec, "bench"), "litert_prefers_builtins", None)
+    return rule is not None and bool(rule(input_shapes, attrs))
 
 
 def _is_keras(model) -> bool:
@@ -137,15 +149,16 @@ def _is_keras(model) -> bool:
 
 def trace(fn, mode: str):
     """The concrete function the converter reads: under tf_ops.lowered() in
-    `lowered` mode (composites), as is in `custom` mode (the fused ops kept)."""
+    `lowered` mode (composites), as is in `custom` mode (the fused ops kept), and
+    lowered call by call (litert_lowers) in `fastest` mode."""
     tf_ops = None
-    if mode == "lowered":
+    if mode != "custom":
         try:  # fused layers import it on their first call, i.e. during this very trace
             from bridge import tf_ops
         except Exception:  # no op library: a model with fused ops fails its trace with the reason
             tf_ops = None
     if tf_ops is not None:
-        with tf_ops.lowered():
+        with tf_ops.lowered(where=litert_lowers if mode == "fastest" else None):
             return fn.get_concrete_function()
     return fn.get_concrete_function()
 
@@ -195,7 +208,7 @@ def convert_frozen(cf, mode: str = "lowered", quantize: str = "none", verbose: b
     # output names) and finds no variables to keep.
     converter = tf.lite.TFLiteConverter.from_concrete_functions([cf], tf.Module())
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
-    converter.allow_custom_ops = mode == "custom"
+    converter.allow_custom_ops = mode != "lowered"
     if quantize != "none":
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
         if quantize == "float16":
@@ -268,7 +281,7 @@ def _check_custom_ops(data: bytes, mode: str) -> None:
     from bridge.tflite_inspect import inspect_tflite
     custom = inspect_tflite(data).custom_codes
     ours = {s.name for s in specs.all_specs()}
-    foreign = sorted(set(custom) - ours) if mode == "custom" else sorted(custom)
+    foreign = sorted(set(custom) - ours) if mode != "lowered" else sorted(custom)
     if foreign:
         raise TFLiteExportError(
             f"TFLite cannot take op {', '.join(foreign)}: it has no TFLite builtin, and only bridge's fused ops "
@@ -335,8 +348,8 @@ def export(source, output: str, *, mode: Optional[str] = None, quantize: Optiona
     summary: List[str] = []
     details: dict = {"mode": mode, "quantize": quantize}
     model = model_to_export(source, fuse, progress, summary, details)
-    if mode == "lowered" and getattr(source, "is_graph", False):
-        model = lowered_graph(model)
+    if mode != "custom" and getattr(source, "is_graph", False):
+        model = lowered_graph(model, where=litert_lowers if mode == "fastest" else None)
     if source.is_keras:
         try:
             model, note = road_limits.float32_model(model)

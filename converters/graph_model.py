@@ -102,11 +102,12 @@ class GraphModel:
             tf.saved_model.save(module, tmp, signatures={"serving_default": fn.get_concrete_function()})
         return os.path.abspath(os.fspath(path))
 
-    def lowered(self) -> "GraphModel":
-        """The graph with every node of a spec'd op replaced by a call of the op's
-        TensorFlow composite (its standard-ops decomposition); raises
-        GraphModelError for an op that has none."""
-        return self.replace(_lowered(self.graph_def), f"{self.name}_lowered")
+    def lowered(self, where=None) -> "GraphModel":
+        """The graph with every node of a spec'd op (or each that `where(spec,
+        input_shapes, attrs)` picks) replaced by a call of the op's TensorFlow
+        composite (its standard-ops decomposition); raises GraphModelError for an
+        op that has none."""
+        return self.replace(_lowered(self.graph_def, where), f"{self.name}_lowered")
 
 
 def _op_name(name: str) -> str:
@@ -226,8 +227,8 @@ def _calling(composite, attrs):
     return call
 
 
-def _lowered(graph_def):
-    """graph_def with each spec'd op node a PartitionedCall of the op's composite."""
+def _lowered(graph_def, where=None):
+    """graph_def with each spec'd op node (that `where` picks) a PartitionedCall of the op's composite."""
     import tensorflow as tf
     from tensorflow.core.framework import attr_value_pb2, graph_pb2
     from bridge import ops, tf_ops
@@ -244,14 +245,16 @@ def _lowered(graph_def):
     by_name = {n.name: n for n in out.node}
     for node in todo:
         spec = ops.SPECS[node.op]
-        composite = getattr(tf_ops.composite, spec.module, None)
-        if composite is None:
-            raise GraphModelError(f"{spec.name}: no TensorFlow composite (its spec has no decomposition TensorFlow "
-                                  f"can build): node '{node.name}' cannot be lowered; --mode custom keeps it")
         g = index.nodes[node.name]
         attrs = {a.name: g.attrs[a.name] for a in spec.attrs if a.name in g.attrs}
         dtype = g.attrs.get("T", "float32")
         shapes = [index.static_shape(i) for i in g.inputs]
+        if where is not None and not where(spec, shapes, attrs):
+            continue
+        composite = getattr(tf_ops.composite, spec.module, None)
+        if composite is None:
+            raise GraphModelError(f"{spec.name}: no TensorFlow composite (its spec has no decomposition TensorFlow "
+                                  f"can build): node '{node.name}' cannot be lowered; --mode custom keeps it")
         key = (spec.name, repr(sorted(attrs.items())), dtype, repr(shapes))
         if key not in made:
             specs = [tf.TensorSpec(s, tf.as_dtype(dtype)) for s in shapes]

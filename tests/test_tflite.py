@@ -210,6 +210,30 @@ def test_model_custom_keeps_exactly_the_fused_ops(request, tmp_path, name):
         assert c.passed and rule_excess(got[c.output], ref[c.output], FLOAT32, FLOAT32) <= 1, c
 
 
+def test_fastest_mode_lowers_the_pointwise_convs_and_keeps_the_rest_custom(yolo, tmp_path):
+    """--mode fastest: each YoloConvBnLeaky with a 1x1 filter becomes builtins (XNNPack's
+    GEMM is faster there, bench.py's litert_prefers_builtins), every other fused op stays
+    custom; the file runs on bridge's LiteRT kernels within float32 of the unfused model."""
+    from bridge.converters import fuse
+    fused, _ = fuse(yolo.model)
+    convs = [tuple(layer.kernel.shape[:2]) for layer in fused.layers if isinstance(layer, FusedConvBnLeaky)]
+    pointwise = sum(k == (1, 1) for k in convs)
+    assert 0 < pointwise < len(convs), convs  # the check below could not tell the modes apart otherwise
+    result = verify.export(ex, yolo, str(tmp_path / "f.tflite"), mode="fastest")
+    info = inspect_tflite(result.output)
+    kept = Counter(op for op, _ in _expected_custom(yolo))
+    kept["YoloConvBnLeaky"] -= pointwise
+    assert info.custom_codes == +kept, (dict(info.custom_codes), convs)
+    assert info.ops["LEAKY_RELU"] == pointwise and info.ops["CONV_2D"] >= pointwise, dict(info.ops)
+    assert not result.not_verified and all(c.passed for c in result.checks), result.checks
+    from bridge.litert import runtime
+    feeds = yolo.sample_inputs(seed=1)
+    got = runtime.run_tflite_custom(result.output, feeds)
+    ref = unfused_outputs(yolo, feeds)
+    for name in yolo.output_names:
+        assert rule_excess(got[name], ref[name], FLOAT32, FLOAT32) <= 1, name
+
+
 @pytest.mark.parametrize("quantize", ["float16", "dynamic"])
 def test_quantized_export_within_stated_bound(bert, tmp_path, quantize):
     plain = verify.export(ex, bert, str(tmp_path / "plain.tflite"))
@@ -304,6 +328,39 @@ def test_fused_op_in_savedmodel_lowers_to_its_composite_or_stays_custom(tmp_path
     assert spec.tolerance["float32"].excess(got, spec.reference(x, g, b, epsilon=1e-6)) <= 1
     result = verify.export(ex, source, str(tmp_path / "c.tflite"), mode="custom", fuse=False)
     assert set(result.details["custom_ops"]) == {"FusedLayerNorm"}
+
+
+def test_fastest_mode_lowers_a_savedmodels_pointwise_conv_node_only(tmp_path):
+    """A SavedModel holding two YoloConvBnLeaky nodes, 3x3 then 1x1: graph-level
+    `fastest` lowers the 1x1 node to builtins and keeps the 3x3 one custom; the file
+    runs on bridge's LiteRT kernels against the numpy float64 reference."""
+    rng = np.random.default_rng(5)
+    spec = ops.get("YoloConvBnLeaky")
+    params = {k: [_rand(rng, [k, k, c, n]) * 0.2, _rand(rng, [n]), _rand(rng, [n]), _rand(rng, [n]), _rand(rng, [n]),
+                  _rand(rng, [n], low=0.5)] for k, c, n in [(3, 5, 6), (1, 6, 7)]}
+
+    def fn(x):
+        h = tf_ops.yolo_conv_bn_leaky(x, *params[3], strides=[1, 1, 1, 1], padding="SAME")
+        return tf_ops.yolo_conv_bn_leaky(h, *params[1], strides=[1, 1, 1, 1], padding="VALID")
+
+    class M(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None, 9, 7, 5], tf.float32, name="x")])
+        def __call__(self, x):
+            return {"y": fn(x)}
+    m = M()
+    tf.saved_model.save(m, str(tmp_path / "sm"), signatures=m.__call__)
+    result = verify.export(ex, modelsource.resolve(str(tmp_path / "sm")), str(tmp_path / "f.tflite"),
+                           mode="fastest", fuse=False)
+    info = inspect_tflite(result.output)
+    assert info.custom_codes == Counter({"YoloConvBnLeaky": 1}) and info.ops["LEAKY_RELU"] == 1, dict(info.ops)
+    assert info.custom[0].attrs["padding"] == "SAME", info.custom[0].attrs  # the 3x3 node is the one kept
+    from bridge.litert import runtime
+    for shape in [(1, 9, 7, 5), (2, 9, 7, 5)]:
+        x = _rand(rng, shape)
+        got = next(iter(runtime.run_tflite_custom(result.output, {"x": x}).values()))
+        h = spec.reference(x, *params[3], strides=[1, 1, 1, 1], padding="SAME")
+        want = spec.reference(h, *params[1], strides=[1, 1, 1, 1], padding="VALID")
+        assert spec.tolerance["float32"].excess(got, want) <= 1, shape
 
 
 def test_custom_mode_is_verified_on_bridges_litert_kernels_and_lists_its_custom_ops(tmp_path, capsys, monkeypatch):

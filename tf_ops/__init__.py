@@ -26,6 +26,7 @@ import threading
 import types
 from pathlib import Path
 
+import numpy as np
 import tensorflow as tf
 
 from bridge import ops as _specs
@@ -72,10 +73,12 @@ _mode = threading.local()
 
 
 @contextlib.contextmanager
-def lowered():
-    """Within this block `tf_ops.<op>(...)` builds the composite instead of the custom op."""
+def lowered(where=None):
+    """Within this block `tf_ops.<op>(...)` builds the composite instead of the custom op;
+    with `where(spec, input_shapes, attrs) -> bool`, only the calls it picks (the
+    others keep the custom op): how TFLite's `fastest` mode lowers op by op."""
     previous = getattr(_mode, "lowered", False)
-    _mode.lowered = True
+    _mode.lowered = where if where is not None else True
     try:
         yield
     finally:
@@ -83,13 +86,35 @@ def lowered():
 
 
 def is_lowered() -> bool:
-    return getattr(_mode, "lowered", False)
+    """Whether a lowered() block is active (every call lowered, or those its `where` picks):
+    a layer then calls the public wrapper, which decides."""
+    return bool(getattr(_mode, "lowered", False))
 
 
-def _dispatcher(mod):
+def _static_shape(value):
+    shape = getattr(value, "shape", None)
+    if shape is None:
+        return tuple(np.shape(value))
+    dims = getattr(shape, "as_list", None)
+    if dims is not None:
+        return tuple(dims()) if shape.rank is not None else None
+    return tuple(shape)
+
+
+def _lowers(spec, args, kwargs) -> bool:
+    how = getattr(_mode, "lowered", False)
+    if not callable(how):
+        return bool(how)
+    names = [t.name for t in spec.inputs]
+    given = list(args[:len(names)]) + [kwargs[n] for n in names[len(args):] if n in kwargs]
+    attrs = {a.name: kwargs[a.name] for a in spec.attrs if a.name in kwargs}
+    return bool(how(spec, [_static_shape(v) for v in given], attrs))
+
+
+def _dispatcher(spec, mod):
     @functools.wraps(mod.op)
     def call(*args, **kwargs):
-        lowered_fn = mod.composite if is_lowered() else None  # a team op without a composite stays itself
+        lowered_fn = mod.composite if _lowers(spec, args, kwargs) else None  # a team op without one stays itself
         return (lowered_fn or mod.op)(*args, **kwargs)
     return call
 
@@ -121,7 +146,7 @@ for _spec in _specs.all_specs():
         _missing[_spec.name] = f"no kernel core (bridge/ops/{_spec.module}/kernel.h) or tf_op.py"
         continue
     _op_modules[_spec.name] = _mod
-    globals()[_spec.module] = _dispatcher(_mod)
+    globals()[_spec.module] = _dispatcher(_spec, _mod)
     if _mod.composite is not None:
         setattr(composite, _spec.module, _mod.composite)
 
@@ -137,7 +162,7 @@ def load_op_library(path):
     library, found = team_ops.load(path)
     for spec in found:
         mod = _op_modules[spec.name] = team_ops.wrapper_module(spec, library)
-        globals()[spec.module] = _dispatcher(mod)
+        globals()[spec.module] = _dispatcher(spec, mod)
         if mod.composite is not None:
             setattr(composite, spec.module, mod.composite)
     return library

@@ -289,7 +289,7 @@ inline void WinoInput(const float* x, const WinoPlan& w, int64_t t0, int64_t t_b
 inline void WinoOutput(const float* m, const WinoPlan& w, int64_t t0, int64_t t_begin, int64_t t_end,
                        const float* s, const float* b, float alpha, float* y) {
   const ConvShape& g = w.g;
-  const int64_t ld = w.chunk * g.cout, o_begin = 0, o_end = g.cout;
+  const int64_t ld = w.chunk * g.cout;
   for (int64_t t = t_begin; t < t_end; ++t) {
     const int64_t n = t / (w.th * w.tw), r = t % (w.th * w.tw);
     const int64_t oy = 2 * (r / w.tw), ox = 2 * (r % w.tw);
@@ -302,8 +302,8 @@ inline void WinoOutput(const float* m, const WinoPlan& w, int64_t t0, int64_t t_
       }
     }
     float tmp[2][2][64];
-    for (int64_t o0 = o_begin; o0 < o_end; o0 += 64) {
-      const int64_t cols = std::min<int64_t>(64, o_end - o0);
+    for (int64_t o0 = 0; o0 < g.cout; o0 += 64) {
+      const int64_t cols = std::min<int64_t>(64, g.cout - o0);
 #pragma omp simd
       for (int64_t o = 0; o < cols; ++o) {
         float mm[4][4], r0[4], r1[4];

@@ -9,6 +9,16 @@ TensorFlow's (benchmarks/tflite.py)."""
 FASTEST = "native"
 FASTEST_WITHOUT_ONEDNN = "function"
 
+
+def litert_prefers_builtins(input_shapes, attrs) -> bool:
+    """The TFLite export's `fastest` mode (converters/export_tflite.py): a pointwise
+    convolution goes to builtins. There XNNPack's f32 GEMM beats oneDNN's brgconv_1x1
+    (custom vs XNNPack 0.87-0.96x on AMD Zen 5 and Intel Sapphire Rapids), while 3x3
+    layers run 1.5-1.75x faster custom (benchmarks/RESULTS.md, issue 28)."""
+    filt = input_shapes[1] if len(input_shapes) > 1 else None
+    return filt is not None and len(filt) == 4 and tuple(filt[:2]) == (1, 1)
+
+
 # benchmarks/onnx_ops.py's extra native roads: oneDNN on its own OpenMP team (the
 # road before its pieces ran on the session's threads), beside the default
 ORT_BENCH_NATIVE_VARIANTS = {"native-openmp": {"BRIDGE_DNNL_THREADS": "openmp"}}
