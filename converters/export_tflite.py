@@ -142,6 +142,11 @@ def litert_lowers(spec, input_shapes, attrs) -> bool:
     return rule is not None and bool(rule(input_shapes, attrs))
 
 
+def _lowering_rule(mode: str):
+    """What lowered() and lowered_graph() take as `where` in this mode: None lowers every call."""
+    return litert_lowers if mode == "fastest" else None
+
+
 def _is_keras(model) -> bool:
     keras = sys.modules.get("keras")
     return keras is not None and isinstance(model, keras.Model)
@@ -158,7 +163,7 @@ def trace(fn, mode: str):
         except Exception:  # no op library: a model with fused ops fails its trace with the reason
             tf_ops = None
     if tf_ops is not None:
-        with tf_ops.lowered(where=litert_lowers if mode == "fastest" else None):
+        with tf_ops.lowered(where=_lowering_rule(mode)):
             return fn.get_concrete_function()
     return fn.get_concrete_function()
 
@@ -349,7 +354,7 @@ def export(source, output: str, *, mode: Optional[str] = None, quantize: Optiona
     details: dict = {"mode": mode, "quantize": quantize}
     model = model_to_export(source, fuse, progress, summary, details)
     if mode != "custom" and getattr(source, "is_graph", False):
-        model = lowered_graph(model, where=litert_lowers if mode == "fastest" else None)
+        model = lowered_graph(model, where=_lowering_rule(mode))
     if source.is_keras:
         try:
             model, note = road_limits.float32_model(model)

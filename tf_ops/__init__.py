@@ -93,12 +93,8 @@ def is_lowered() -> bool:
 
 def _static_shape(value):
     shape = getattr(value, "shape", None)
-    if shape is None:
-        return tuple(np.shape(value))
-    dims = getattr(shape, "as_list", None)
-    if dims is not None:
-        return tuple(dims()) if shape.rank is not None else None
-    return tuple(shape)
+    shape = tf.TensorShape(np.shape(value) if shape is None else shape)
+    return tuple(shape.as_list()) if shape.rank is not None else None
 
 
 def _lowers(spec, args, kwargs) -> bool:
