@@ -35,7 +35,6 @@ import os
 import re
 import sys
 import tempfile
-import time
 from collections import defaultdict
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -258,7 +257,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    t0 = time.perf_counter()
-    rc = main()
-    print(f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
-    sys.exit(rc)
+    sys.exit(main())
