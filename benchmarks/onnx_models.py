@@ -4,7 +4,7 @@ today (plain tf2onnx of the unfused Keras model), side by side in one run, batch
     python benchmarks/onnx_models.py [--only yolov3-416,bert-128] [--threads 2] [--repeat 15]
                                      [--budget 120] [--width 1.0] [--bert-layers 4]
                                      [--kernels OP,OP ...] [--optimizer-types bert,bert_tf,bert_keras]
-                                     [--cpu-time] [--profile] [--json]
+                                     [--cpu-time] [--profile] [--busy] [--json]
 
 Contenders per model (onnxruntime: intra_op_num_threads = --threads):
   tf-fused     the fused Keras model (bridge.converters.fuse) as a tf.function
@@ -42,10 +42,13 @@ Targets (issue 28): bridge's BERT (fastest+contrib, the default export)
 full YOLOv3 peaks at ~18 GB); if it dies or passes --plain-max-gb, YOLOv3 falls
 back to width 0.5 for every contender, and the table says so.
 --profile writes onnxruntime profiles and prints each contender's time per op type.
+--busy times every contender with one core held by another process (exports run
+before it starts), as on a shared machine: run it beside a quiet run.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -57,7 +60,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 
-from _common import alternating_medians, chosen, target_note, machine_line  # noqa: E402
+from _common import alternating_medians, chosen, one_core_busy, target_note, machine_line  # noqa: E402
 
 CASES = {"yolov3-416": ("yolov3", 416), "bert-128": ("bert", 128)}
 BERT_BASE = dict(hidden=768, heads=12, intermediate=3072)
@@ -348,10 +351,11 @@ def run_case(case: str, args) -> dict:
         calls = {} if args.cpu_time else {"tf-fused": lambda: tf_fn(*tf_args)}
         calls.update({k: _ort_call(s, ordered) for k, s in sessions.items()})
         errors = {k: max_error(calls[k](), ref) for k in sessions}
-        if args.cpu_time:
-            times, rounds = alternating_cpu_medians(calls, args.repeat, warmup=2, budget_s=args.budget)
-        else:
-            times, rounds = alternating_medians(calls, args.repeat, warmup=2, budget_s=args.budget)
+        with one_core_busy() if args.busy else contextlib.nullcontext():
+            if args.cpu_time:
+                times, rounds = alternating_cpu_medians(calls, args.repeat, warmup=2, budget_s=args.budget)
+            else:
+                times, rounds = alternating_medians(calls, args.repeat, warmup=2, budget_s=args.budget)
         profiles = {}
         if profile_dir:
             for k, s in sessions.items():
@@ -374,6 +378,7 @@ def run_case(case: str, args) -> dict:
                      "export_s": export_s})
     return {"case": case, "width": width if name == "yolov3" else None, "config": config, "note": note,
             "rounds": rounds, "threads": args.threads, "clock": "thread CPU time" if args.cpu_time else "wall",
+            "one_core_busy": args.busy,
             "fused_blocks": report.total_fused,
             "bridge_nodes": ours["nodes"], "bridge_custom_nodes": ours["custom_nodes"],
             "tf2onnx": plain, "rows": rows, "profiles": profiles, "contrib": ours["contrib"],
@@ -410,6 +415,8 @@ def main(argv=None) -> int:
                    help="time by this thread's CPU time with one onnxruntime thread (a loaded machine; "
                         "tf-fused left out: TensorFlow computes on its own threads)")
     p.add_argument("--profile", action="store_true", help="print onnxruntime's time per op type per contender")
+    p.add_argument("--busy", action="store_true",
+                   help="time with one core busy (another process spinning), as a shared machine runs")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     args = p.parse_args(argv)
     if args.cpu_time and args.threads != 1:
@@ -441,7 +448,8 @@ def main(argv=None) -> int:
                  table))
     for res in results:
         plain = res["tf2onnx"]
-        print(f"{res['case']}: {res['rounds']} rounds, {res['threads']} threads, {res['clock']} medians; bridge "
+        busy = ", one core busy" if res["one_core_busy"] else ""
+        print(f"{res['case']}: {res['rounds']} rounds, {res['threads']} threads{busy}, {res['clock']} medians; bridge "
               f"{res['bridge_nodes']} nodes {res['bridge_custom_nodes']}; tf2onnx {plain['nodes']} nodes, "
               f"opset {plain['opset']}, export peak {plain['peak_rss_gb']} GB" + (f"; {res['note']}" if res['note'] else ""))
         print(f"  load average {res['loadavg']} (1, 5, 15 min) after the timing")
