@@ -1,5 +1,6 @@
 """What the benchmark scripts share: timing contenders in alternating rounds,
-freezing a tf.function, the target column, and --config items. Imported as
+a Keras model as a tf.function and freezing one, BERT-base's sizes, the target
+column, and --config items. Imported as
 `_common` by scripts run as `python benchmarks/x.py` (their folder is then on
 sys.path); imports neither TensorFlow nor onnxruntime itself.
 """
@@ -52,6 +53,27 @@ def median_pair(ours: Callable[[], object], base: Callable[[], object], repeat: 
     """Median seconds of two callables, timed in alternating rounds after a warm-up."""
     medians, _ = alternating_medians({"ours": ours, "base": base}, repeat)
     return medians["ours"], medians["base"]
+
+
+# BERT-base's sizes, for the benchmarks that build the built-in BERT at its real width
+BERT_BASE = dict(hidden=768, heads=12, intermediate=3072)
+
+
+def keras_signature(model):
+    """One tf.TensorSpec per Keras input, named as the input."""
+    import tensorflow as tf
+    return [tf.TensorSpec(t.shape, t.dtype, name=t.name) for t in model.inputs]
+
+
+def keras_function(model):
+    """A tf.function over a Keras model's inputs in order returning its outputs in
+    order (a dict would come back sorted by key), as a user writes one."""
+    import tensorflow as tf
+
+    def call(*xs):
+        out = model(list(xs) if len(xs) > 1 else xs[0], training=False)
+        return [out[n] for n in model.output_names] if isinstance(out, dict) else out
+    return tf.function(call, input_signature=keras_signature(model), autograph=False)
 
 
 def freeze(fn, *specs):

@@ -26,7 +26,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # noqa: E402
 
-from _common import alternating_medians, chosen, freeze, target_note, machine_line  # noqa: E402
+from _common import BERT_BASE, alternating_medians, chosen, freeze, target_note, machine_line  # noqa: E402
 from bridge import models  # noqa: E402
 from bridge.converters import fuse  # noqa: E402
 from bridge.table import render  # noqa: E402
@@ -43,7 +43,6 @@ TARGETS = {
     ("yolov3-608", "frozen"): 1.0,
     ("bert-128", "function"): 1.1,
 }
-BERT_BASE = dict(hidden=768, heads=12, intermediate=3072)
 
 
 def _function(model, feeds):

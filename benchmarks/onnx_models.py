@@ -60,10 +60,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 
-from _common import alternating_medians, chosen, one_core_busy, target_note, machine_line  # noqa: E402
+from _common import (BERT_BASE, alternating_medians, chosen, keras_function, keras_signature,  # noqa: E402
+                     machine_line, one_core_busy, target_note)
 
 CASES = {"yolov3-416": ("yolov3", 416), "bert-128": ("bert", 128)}
-BERT_BASE = dict(hidden=768, heads=12, intermediate=3072)
 ANCHOR = "tf2onnx"
 # case -> the issue's target for the anchor's time / the default session's time
 TARGETS = {"yolov3-416": 1.3, "bert-128": 1.15}
@@ -84,22 +84,6 @@ def model_config(name: str, width: float, bert_layers: int) -> dict:
     return dict(layers=bert_layers, **BERT_BASE)
 
 
-def _signature(model):
-    import tensorflow as tf
-    return [tf.TensorSpec(t.shape, t.dtype, name=t.name) for t in model.inputs]
-
-
-def _tf_function(model):
-    """A tf.function over the model's inputs in order returning its outputs in
-    order (a dict would come back sorted by key), as a user writes one."""
-    import tensorflow as tf
-
-    def call(*xs):
-        out = model(list(xs) if len(xs) > 1 else xs[0], training=False)
-        return [out[n] for n in model.output_names] if isinstance(out, dict) else out
-    return tf.function(call, input_signature=_signature(model), autograph=False)
-
-
 # -- the anchor's export, in a child process -------------------------------------
 def plain_export(name: str, size: int, config: dict, path: str) -> dict:
     """Plain tf2onnx of the unfused model, as a user without bridge runs it."""
@@ -110,7 +94,7 @@ def plain_export(name: str, size: int, config: dict, path: str) -> dict:
     model = models.build(name, size, **config)
     logging.getLogger("tf2onnx").setLevel(logging.ERROR)
     t0 = time.perf_counter()
-    proto, _ = tf2onnx.convert.from_function(_tf_function(model), input_signature=_signature(model))
+    proto, _ = tf2onnx.convert.from_function(keras_function(model), input_signature=keras_signature(model))
     onnx.save(proto, path)
     seconds = time.perf_counter() - t0
     return {"export_s": seconds, "nodes": len(proto.graph.node),
@@ -340,7 +324,7 @@ def run_case(case: str, args) -> dict:
             paths.update(opt_paths)
         x = models.sample_inputs(unfused, batch=1)
         ordered = [x[t.name] for t in unfused.inputs] if isinstance(x, dict) else [x]
-        tf_fn = _tf_function(fused)
+        tf_fn = keras_function(fused)
         tf_args = [tf.constant(a) for a in ordered]
         ref = [np.asarray(v) for v in tf.nest.flatten(tf_fn(*tf_args))]
         profile_dir = os.path.join(tmp, "profiles") if args.profile else None

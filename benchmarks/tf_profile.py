@@ -42,40 +42,31 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # noqa: E402
 from tensorflow.tsl.profiler.protobuf import xplane_pb2  # noqa: E402
 
-from _common import alternating_medians, chosen, machine_line  # noqa: E402
+from _common import BERT_BASE, alternating_medians, chosen, keras_function, machine_line  # noqa: E402
 from bridge import models  # noqa: E402
 from bridge.converters import fuse  # noqa: E402
 from bridge.table import render  # noqa: E402
 
 CASES = {"bert-128": ("bert", 128), "yolov3-416": ("yolov3", 416)}
-BERT_BASE = dict(hidden=768, heads=12, intermediate=3072)
 MATMUL = re.compile(r"MatMul|Einsum|Conv2D|Conv3D")
 # an op's event on an executor thread: "scope/node:OpType" (the profiler's own
 # events, "ExecutorState::Process" and the like, have no op type after one colon)
 OP_EVENT = re.compile(r"^([^:]+):([A-Za-z_]\w*)$")
 
 
-def _function(model):
-    specs = [tf.TensorSpec(t.shape, t.dtype) for t in model.inputs]
-
-    def call(*xs):
-        return model(list(xs) if len(xs) > 1 else xs[0], training=False)
-    return tf.function(call, input_signature=specs, autograph=False)
-
-
 def trace_ops(fn, args, steps: int) -> dict:
     """{"ops": [(node, op type, µs per step)], "step_ms": traced step time,
     "op_count": nodes run per step}."""
-    folder = tempfile.mkdtemp(prefix="bridge-tfprof-")
-    tf.profiler.experimental.start(folder)
-    try:
-        for _ in range(steps):
-            fn(*args)
-    finally:
-        tf.profiler.experimental.stop()
     space = xplane_pb2.XSpace()
-    with open(glob.glob(os.path.join(folder, "**", "*.xplane.pb"), recursive=True)[0], "rb") as f:
-        space.ParseFromString(f.read())
+    with tempfile.TemporaryDirectory(prefix="bridge-tfprof-") as folder:
+        tf.profiler.experimental.start(folder)
+        try:
+            for _ in range(steps):
+                fn(*args)
+        finally:
+            tf.profiler.experimental.stop()
+        with open(glob.glob(os.path.join(folder, "**", "*.xplane.pb"), recursive=True)[0], "rb") as f:
+            space.ParseFromString(f.read())
     per_node: dict = defaultdict(float)
     types: dict = {}
     step_ps = 0
@@ -161,7 +152,7 @@ def run_case(case: str, args) -> dict:
     x = models.sample_inputs(unfused, batch=1)
     feeds = x if isinstance(x, dict) else {unfused.inputs[0].name: x}
     inputs = [tf.constant(feeds[t.name]) for t in unfused.inputs]
-    fns = {"unfused": _function(unfused), "fused": _function(fused)}
+    fns = {"unfused": keras_function(unfused), "fused": keras_function(fused)}
     calls = {k: (lambda f=f: f(*inputs)) for k, f in fns.items()}
     times, rounds = alternating_medians(calls, args.repeat, warmup=2)
     # traced windows alternate too, so drift hits both functions alike

@@ -14,6 +14,7 @@ tf = pytest.importorskip("tensorflow")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import tf_profile  # noqa: E402
+from _common import keras_function  # noqa: E402
 
 from bridge import models  # noqa: E402
 from bridge.converters import fuse  # noqa: E402
@@ -30,7 +31,7 @@ def traced():
     inputs = [tf.constant(x[t.name]) for t in unfused.inputs]
     out = {}
     for tag, model in (("unfused", unfused), ("fused", fused)):
-        fn = tf_profile._function(model)
+        fn = keras_function(model)
         fn(*inputs)
         out[tag] = tf_profile.trace_ops(fn, inputs, steps=2)
     return (unfused, report, out, tf_profile.scope_suffix(out["unfused"]["ops"], unfused.name),
