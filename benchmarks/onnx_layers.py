@@ -124,14 +124,6 @@ def gemm_rate(threads: int, n: int = 2048) -> float:
     return 2.0 * n ** 3 / times["mm"] / 1e9
 
 
-def _winograd_calls(library) -> int:
-    import ctypes
-    lib = ctypes.CDLL(str(library))
-    lib.bridge_conv_calls.restype = ctypes.c_uint64
-    lib.bridge_conv_calls.argtypes = [ctypes.c_char_p]
-    return int(lib.bridge_conv_calls(b"onednn-winograd"))
-
-
 def run(args) -> dict:
     import onnxruntime as ort
     import onnx_models as om
@@ -156,9 +148,10 @@ def run(args) -> dict:
             sessions[name] = onnx_plugins.session(path, kernels=kernels, threads=args.threads, options=so)
         calls = {k: (lambda s=s: s.run(None, {s.get_inputs()[0].name: x})) for k, s in sessions.items()}
         library = onnx_plugins.ort_library_path(build=False)
-        wino_before = _winograd_calls(library) if library else 0
+        wino_before = onnx_plugins.conv_road_calls(library)["onednn-winograd"] if library else 0
         times, rounds = alternating_medians(calls, args.runs, warmup=1)
-        wino_per_run = ((_winograd_calls(library) - wino_before) / (rounds + 1)) if library else None
+        wino_per_run = ((onnx_plugins.conv_road_calls(library)["onednn-winograd"] - wino_before) / (rounds + 1)
+                        if library else None)
         profiles = {k: profile_layers(s.end_profiling()) for k, s in sessions.items()}
         del sessions
     gemm = gemm_rate(args.threads)

@@ -25,6 +25,7 @@ probe); `BRIDGE_PORTABLE=1` (or `bridge build --portable`) uses none.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -46,6 +47,35 @@ DROPPABLE: Tuple[Tuple[str, str, str], ...] = (
 )
 
 # x86-64 micro-architecture levels below native: (flag, a macro the level implies).
+# The cores oneDNN's f32 brgemm needs (avx512_core), as /proc/cpuinfo names them: the batched
+# GEMMs of YoloConvBnLeaky's Winograd road; without them its convolutions are oneDNN's AVX2 ones
+AVX512_CORE = frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq"})
+# int8 x int8 dot products in one instruction (onnxruntime's fast int8 GEMMs)
+VNNI = frozenset({"avx512_vnni", "avx_vnni"})
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_features() -> frozenset:
+    """This CPU's feature flags as /proc/cpuinfo names them (x86: "avx2",
+    "avx512f", ...; aarch64: "asimd", ...); empty where it cannot be read."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def has_avx512_core() -> bool:
+    return AVX512_CORE <= cpu_features()
+
+
+def has_vnni() -> bool:
+    return bool(VNNI & cpu_features())
+
+
 X86_LEVELS: Tuple[Tuple[str, str], ...] = (
     ("-march=x86-64-v4", "__AVX512F__"),
     ("-march=x86-64-v3", "__AVX2__"),

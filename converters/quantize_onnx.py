@@ -34,16 +34,9 @@ DYNAMIC_OPS = ("MatMul", "Gemm")
 
 def cpu_has_vnni() -> bool:
     """Whether this x86 CPU has VNNI (AVX512-VNNI or AVX-VNNI): int8 x int8 dot
-    products in one instruction. /proc/cpuinfo's flags; False where unreadable."""
-    try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    return bool({"avx512_vnni", "avx_vnni"} & flags)
-    except OSError:
-        pass
-    return False
+    products in one instruction. False where /proc/cpuinfo cannot be read."""
+    from bridge import cpu_flags
+    return cpu_flags.has_vnni()
 
 
 def weight_type() -> str:

@@ -21,6 +21,7 @@ import os
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Union
 
+from bridge import cpu_flags
 from bridge import ops as _specs
 
 from . import schemas, team_libraries
@@ -38,10 +39,11 @@ SPINNING_KEY = "session.intra_op.allow_spinning"
 
 # The road `session(kernels="fastest")` takes per op: "native" (the library's
 # kernel) or "function" (the function body, inlined and optimised by onnxruntime),
-# as the op folder's bench.py says (`FASTEST`, and `FASTEST_WITHOUT_ONEDNN` where the
-# native kernel is slower without oneDNN; an op without either takes its function),
-# chosen on whole models (benchmarks/onnx_models.py). A team's op runs its own
-# library's kernel (--ort-library) where one serves it, else its function.
+# as the op folder's bench.py says (`FASTEST`; `FASTEST_WITHOUT_ONEDNN` where the
+# native kernel is slower without oneDNN, `FASTEST_WITHOUT_AVX512` on a CPU without
+# AVX-512; an op without any takes its function), chosen on whole models
+# (benchmarks/onnx_models.py). A team's op runs its own library's kernel
+# (--ort-library) where one serves it, else its function.
 def _road(spec, name: str) -> Optional[str]:
     return getattr(_specs.part(spec, "bench"), name, None)
 
@@ -49,6 +51,8 @@ def _road(spec, name: str) -> Optional[str]:
 FASTEST = {s.name: _road(s, "FASTEST") or "function" for s in _specs.all_specs() if _specs.is_builtin(s)}
 FASTEST_WITHOUT_ONEDNN = {s.name: _road(s, "FASTEST_WITHOUT_ONEDNN") for s in _specs.all_specs()
                           if _specs.is_builtin(s) and _road(s, "FASTEST_WITHOUT_ONEDNN")}
+FASTEST_WITHOUT_AVX512 = {s.name: _road(s, "FASTEST_WITHOUT_AVX512") for s in _specs.all_specs()
+                          if _specs.is_builtin(s) and _road(s, "FASTEST_WITHOUT_AVX512")}
 
 
 def reference_ops() -> List[type]:
@@ -93,6 +97,19 @@ def kernel_calls(op: str, path: Optional[Path] = None) -> int:
     return int(lib.bridge_ort_calls(op.encode()))
 
 
+# YoloConvBnLeaky's convolution roads, as its kernel core counts them (bridge_conv_calls)
+CONV_ROADS = ("gemm", "onednn-direct", "onednn-winograd")
+
+
+def conv_road_calls(path: Optional[Path] = None) -> Dict[str, int]:
+    """{road: how many YoloConvBnLeaky calls took it in this process} (CONV_ROADS):
+    which convolution a node ran, read from the kernel library's counters."""
+    lib = ctypes.CDLL(str(path or ort_library_path()))
+    lib.bridge_conv_calls.restype = ctypes.c_uint64
+    lib.bridge_conv_calls.argtypes = [ctypes.c_char_p]
+    return {road: int(lib.bridge_conv_calls(road.encode())) for road in CONV_ROADS}
+
+
 def library_has_onednn(path: Optional[Path] = None) -> bool:
     """Whether the kernel library was built with oneDNN (its convolution road)."""
     from bridge import native
@@ -112,6 +129,8 @@ def _fastest(op: str) -> str:
             onednn = False  # registering the library will report why it cannot be built
         if not onednn:
             road = FASTEST_WITHOUT_ONEDNN[op]
+    if op in FASTEST_WITHOUT_AVX512 and not cpu_flags.has_avx512_core():
+        road = FASTEST_WITHOUT_AVX512[op]
     return road
 
 
@@ -246,7 +265,7 @@ def backend_status(spec) -> Dict[str, str]:
     return out
 
 
-__all__ = ["CONFIG_KEY", "SPINNING_KEY", "FASTEST", "FASTEST_WITHOUT_ONEDNN", "MAX_OPSET", "MIN_FUNCTION_OPSET",
-           "MIN_INLINE_OPSET", "add_functions", "backend_status", "function_proto", "inline_custom_ops",
-           "kernel_calls", "library_has_onednn", "library_ops", "native_ops", "ort_library_path", "reference_ops",
-           "session"]
+__all__ = ["CONFIG_KEY", "CONV_ROADS", "SPINNING_KEY", "FASTEST", "FASTEST_WITHOUT_AVX512", "FASTEST_WITHOUT_ONEDNN",
+           "MAX_OPSET", "MIN_FUNCTION_OPSET", "MIN_INLINE_OPSET", "add_functions", "backend_status", "conv_road_calls",
+           "function_proto", "inline_custom_ops", "kernel_calls", "library_has_onednn", "library_ops", "native_ops",
+           "ort_library_path", "reference_ops", "session"]

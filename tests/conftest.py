@@ -131,12 +131,8 @@ def tf_conv_breaks_on_empty_batches() -> bool:
 def onednn_has_f32_brgemm() -> bool:
     """oneDNN 3.2 (the PyPI 2023.2 build) has its brgemm matmul, Winograd's batched GEMMs, only on AVX-512 cores
     (avx512_core); on an AVX2 CPU (AMD Zen 2) bridge's Winograd plan finds none and takes the direct convolution."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = set(f.read().split())
-    except OSError:
-        return False
-    return {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags
+    from bridge import cpu_flags
+    return cpu_flags.has_avx512_core()
 
 
 @pytest.fixture(scope="module")

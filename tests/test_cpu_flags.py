@@ -218,3 +218,17 @@ def test_a_failed_first_use_build_in_export_is_a_short_message(tmp_path):
     assert "bridge export: building the TensorFlow ops" in done.stderr
     assert "this-cpu-flag-does-not-exist" in done.stderr
     assert not (tmp_path / "m.onnx").exists()
+
+
+def test_cpu_features_agree_with_what_the_compiler_sees_here():
+    """cpu_features reads /proc/cpuinfo's names; on x86 they must agree with
+    -march=native's predefined macros on the features the roads depend on."""
+    feats = cpu_flags.cpu_features()
+    if not cpu_flags.is_x86(platform.machine()) or not Path("/proc/cpuinfo").is_file():
+        pytest.skip("an x86 Linux check")
+    assert "sse2" in feats, sorted(feats)[:20]
+    cxx = native.cxx_compiler()
+    macros = set(cpu_flags.predefined_macros(cxx, ["-march=native"]))
+    assert ("avx2" in feats) == ("__AVX2__" in macros)
+    assert cpu_flags.has_avx512_core() == ({"__AVX512F__", "__AVX512BW__", "__AVX512VL__", "__AVX512DQ__"} <= macros)
+    assert cpu_flags.has_vnni() == bool({"__AVX512VNNI__", "__AVXVNNI__"} & macros)

@@ -272,19 +272,6 @@ def test_missing_headers_folder_is_a_build_error(monkeypatch, tmp_path):
 
 # -- YoloConvBnLeaky with constant parameters: the oneDNN roads ---------------------
 
-def _conv_calls(library) -> dict:
-    import ctypes
-    lib = ctypes.CDLL(str(library))
-    lib.bridge_conv_calls.restype = ctypes.c_uint64
-    lib.bridge_conv_calls.argtypes = [ctypes.c_char_p]
-    return {r: int(lib.bridge_conv_calls(r.encode())) for r in ("gemm", "onednn-direct", "onednn-winograd")}
-
-
-def _has_onednn(library) -> bool:
-    from bridge import native
-    return bool(native.read_build_info(library).get("options", {}).get("BRIDGE_DNNL_ROOT"))
-
-
 def _constant_conv(rng, cin, cout, k, strides, pads, dilations=(1, 1)):
     spec = specs.get("YoloConvBnLeaky")
     w = (rng.standard_normal((k, k, cin, cout)) / np.sqrt(k * k * cin)).astype(np.float32)
@@ -295,6 +282,16 @@ def _constant_conv(rng, cin, cout, k, strides, pads, dilations=(1, 1)):
     model = one_op_model("YoloConvBnLeaky", [x0, w, *params], attrs, opset=17, dynamic=(0, 1, 2),
                          constants=[i.name for i in spec.inputs[1:]])
     return model, [w, *params], attrs
+
+
+def test_conv_road_names_are_the_kernel_cores(library):
+    """onnx_plugins.CONV_ROADS is what the kernel core counts (kRoads in its
+    kernel.h): a name the core does not know would read 0 forever."""
+    import re
+    header = (specs.op_folder(specs.get("YoloConvBnLeaky")) / "kernel.h").read_text()
+    roads = re.search(r"kRoads\[3\] = \{([^}]*)\}", header).group(1)
+    assert tuple(re.findall(r'"([^"]+)"', roads)) == onnx_plugins.CONV_ROADS
+    assert set(onnx_plugins.conv_road_calls(library)) == set(onnx_plugins.CONV_ROADS)
 
 
 # (cin, cout, k, strides, pads, dilations, input shapes run through one session, road where oneDNN is built)
@@ -319,14 +316,14 @@ def test_constant_weights_conv_matches_the_reference_on_its_road(library, rng, c
     cin, cout, k, strides, pads, dil, shapes, road = case
     model, params, attrs = _constant_conv(rng, cin, cout, k, strides, pads, dil)
     sess = onnx_plugins.session(model, kernels=["YoloConvBnLeaky"], threads=2)
-    expected = road if _has_onednn(library) else "gemm"
+    expected = road if onnx_plugins.library_has_onednn(library) else "gemm"
     if expected == "onednn-winograd" and not onednn_has_f32_brgemm():
         expected = "onednn-direct"
     for n, h, w in shapes:
         x = rng.standard_normal((n, h, w, cin)).astype(np.float32)
-        before = _conv_calls(library)
+        before = onnx_plugins.conv_road_calls(library)
         got = sess.run(None, {"x": x})[0]
-        after = _conv_calls(library)
+        after = onnx_plugins.conv_road_calls(library)
         ref = specs.get("YoloConvBnLeaky").reference_onnx(x, *params, **attrs)
         assert_close("YoloConvBnLeaky", got, ref, "float32", what=f"{case} x {x.shape}")
         ran = {r for r in after if after[r] > before[r]}
@@ -355,7 +352,7 @@ def test_onednn_conv_runs_on_the_sessions_threads(library, rng, tmp_path, thread
     is the check that counting threads would see one."""
     import subprocess
     import sys
-    if not _has_onednn(library):
+    if not onnx_plugins.library_has_onednn(library):
         pytest.skip("the library was built without oneDNN")
     model, _, _ = _constant_conv(rng, 32, 16, 3, (1, 1), (1, 1, 1, 1))
     path = tmp_path / "conv.onnx"
@@ -369,7 +366,7 @@ def test_onednn_conv_runs_on_the_sessions_threads(library, rng, tmp_path, thread
 
 
 def test_onednn_conv_threads_setting_is_checked(library, monkeypatch, rng):
-    if not _has_onednn(library):
+    if not onnx_plugins.library_has_onednn(library):
         pytest.skip("the library was built without oneDNN")
     monkeypatch.setenv("BRIDGE_DNNL_THREADS", "eigen")
     model, _, _ = _constant_conv(rng, 4, 4, 1, (1, 1), (0, 0, 0, 0))
@@ -382,8 +379,8 @@ def test_constant_weights_conv_gemm_road_on_request(library, rng, monkeypatch):
     monkeypatch.setenv("BRIDGE_ORT_CONV", "gemm")
     model, params, attrs = _constant_conv(rng, 128, 64, 3, (1, 1), (1, 1, 1, 1))
     x = rng.standard_normal((1, 12, 11, 128)).astype(np.float32)
-    before = _conv_calls(library)
+    before = onnx_plugins.conv_road_calls(library)
     got = onnx_plugins.session(model, kernels=["YoloConvBnLeaky"]).run(None, {"x": x})[0]
-    after = _conv_calls(library)
+    after = onnx_plugins.conv_road_calls(library)
     assert_close("YoloConvBnLeaky", got, specs.get("YoloConvBnLeaky").reference_onnx(x, *params, **attrs))
     assert {r for r in after if after[r] > before[r]} == {"gemm"}

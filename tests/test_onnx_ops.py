@@ -16,7 +16,7 @@ from bridge import onnx_plugins
 from bridge import ops as specs
 from bridge.onnx_plugins.one_op import one_op_model
 
-from conftest import assert_close
+from conftest import onednn_has_f32_brgemm, assert_close
 
 OPSETS = (13, 17, 18)
 
@@ -174,9 +174,12 @@ def test_session_kernels_argument():
     roads = dict(onnx_plugins.FASTEST)
     if not onnx_plugins.library_has_onednn():
         roads.update(onnx_plugins.FASTEST_WITHOUT_ONEDNN)
+    if not onednn_has_f32_brgemm():
+        roads.update(onnx_plugins.FASTEST_WITHOUT_AVX512)
     assert set(onnx_plugins.native_ops("fastest")) == {op for op, road in roads.items() if road == "native"}
     assert set(onnx_plugins.FASTEST) == set(specs.SPECS)
     assert set(onnx_plugins.FASTEST_WITHOUT_ONEDNN) <= set(specs.SPECS)
+    assert set(onnx_plugins.FASTEST_WITHOUT_AVX512) <= set(specs.SPECS)
     assert onnx_plugins.native_ops(["yolo_decode"]) == ["YoloDecode"]
     with pytest.raises(ValueError, match="kernels: unknown op 'Nope'"):
         onnx_plugins.native_ops(["Nope"])
@@ -224,14 +227,20 @@ def test_lowered_constant_parts_fold_in_onnxruntime(opset, tmp_path):
 
 @pytest.mark.parametrize("threads", ["host", "openmp"])
 @pytest.mark.parametrize("onednn", [True, False])
-def test_fastest_conv_road_depends_on_onednn(monkeypatch, onednn, threads):
-    """The native convolution wins only on oneDNN. It runs on the session's own
-    threads; only with oneDNN on its own OpenMP team (BRIDGE_DNNL_THREADS=openmp)
-    does session() turn onnxruntime's thread spinning off, unless the caller set it."""
+@pytest.mark.parametrize("avx512", [True, False])
+def test_fastest_conv_road_depends_on_onednn_and_avx512(monkeypatch, onednn, threads, avx512):
+    """The native convolution wins only on oneDNN, on a CPU with AVX-512 (its
+    Winograd road). It runs on the session's own threads; only with oneDNN on its
+    own OpenMP team (BRIDGE_DNNL_THREADS=openmp) does session() turn
+    onnxruntime's thread spinning off, unless the caller set it."""
+    from bridge import cpu_flags
     monkeypatch.setattr(onnx_plugins, "library_has_onednn", lambda path=None: onednn)
+    monkeypatch.setattr(cpu_flags, "cpu_features",
+                        lambda: frozenset({"avx2", *cpu_flags.AVX512_CORE}) if avx512 else frozenset({"avx2"}))
     monkeypatch.setenv("BRIDGE_DNNL_THREADS", threads)
     team = onednn and threads == "openmp"
-    assert ("YoloConvBnLeaky" in onnx_plugins.native_ops("fastest")) == onednn
+    assert ("YoloConvBnLeaky" in onnx_plugins.native_ops("fastest")) == (onednn and avx512)
+    assert ("YoloDecode" in onnx_plugins.native_ops("fastest"))  # decided by neither
     example = _example("YoloConvBnLeaky", "same-s1")
     model = one_op_model("YoloConvBnLeaky", example.cast("float32"), example.onnx_attrs, opset=17)
     key = onnx_plugins.SPINNING_KEY

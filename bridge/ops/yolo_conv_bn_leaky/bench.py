@@ -8,6 +8,11 @@ TensorFlow's (benchmarks/tflite.py)."""
 # kernel on oneDNN; without oneDNN it is the library's own GEMM, slower than the function
 FASTEST = "native"
 FASTEST_WITHOUT_ONEDNN = "function"
+# On a CPU without AVX-512 (bridge.cpu_flags.AVX512_CORE) oneDNN has no f32 brgemm, so no
+# Winograd road, and its AVX2 direct convolutions are behind onnxruntime's NCHWc ones: AMD
+# Zen 3, 2 threads, whole YOLOv3-416 function 434-459 ms vs native 526-550; per layer 3x3 s1
+# 0.83-0.90x, s2 and 1x1 1.04-1.07x, and a mix loses more in transposes than it gains
+FASTEST_WITHOUT_AVX512 = "function"
 
 
 def litert_prefers_builtins(input_shapes, attrs) -> bool:
