@@ -2,7 +2,10 @@
 float32 export, measured side by side in one run, and the answers' agreement.
 
     python benchmarks/int8.py [--only bert,minilm,yolov3] [--repeat 15] [--threads 2]
-                              [--bert-layers 4] [--yolo-width 0.5] [--yolo-size 416] [--json]
+                              [--bert-layers 4] [--yolo-width 0.5] [--yolo-size 416] [--busy] [--json]
+
+--busy times every contender with one core held by another process (exports,
+quantization and the agreement columns run before it starts).
 
 - bert: BERT-base (hidden 768, 12 heads, 3072), --bert-layers layers, seq 128,
   random weights: the com.bridge float32 export (bridge's default, with
@@ -29,6 +32,7 @@ float32 export, measured side by side in one run, and the answers' agreement.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -39,7 +43,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import alternating_medians, chosen, machine_line  # noqa: E402
+from _common import alternating_medians, chosen, machine_line, one_core_busy  # noqa: E402
 
 CASES = ("bert", "minilm", "yolov3")
 # a user's own inputs for the agreement pass (feeds=): short and long, none of the held sentences
@@ -47,6 +51,12 @@ GIVEN_SENTENCES = ["Hi.", "Thanks!", "Good morning, everyone.", "Where is the st
                    "The committee postponed its decision on the new budget until the spring meeting.",
                    "She opened the window, and the cold air filled the small room where the children slept."]
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def _timed(fns, args):
+    """alternating_medians of `fns`, with one core busy under --busy."""
+    with one_core_busy() if args.busy else contextlib.nullcontext():
+        return alternating_medians(fns, args.repeat)
 
 
 def _session(path, threads):
@@ -102,8 +112,7 @@ def bench_bert(args, work):
     sessions = {k: _session(p, args.threads) for k, p in paths.items()}
     feeds = {k: _feeds(s, arrays) for k, s in sessions.items()}
     outs = {k: s.run(None, feeds[k])[0] for k, s in sessions.items()}
-    medians, rounds = alternating_medians({k: (lambda s=s, f=feeds[k]: s.run(None, f)) for k, s in sessions.items()},
-                                          args.repeat)
+    medians, rounds = _timed({k: (lambda s=s, f=feeds[k]: s.run(None, f)) for k, s in sessions.items()}, args)
     rows = []
     for k in paths:
         rows.append({"case": f"bert-base L{args.bert_layers} s128",
@@ -147,8 +156,7 @@ def bench_minilm(args, work):
         info["seconds"] = time.perf_counter() - t0
     sessions = {k: _session(p, args.threads) for k, p in paths.items()}
     feeds = {k: _feeds(s, x) for k, s in sessions.items()}
-    medians, rounds = alternating_medians({k: (lambda s=s, f=feeds[k]: s.run(None, f)) for k, s in sessions.items()},
-                                          args.repeat)
+    medians, rounds = _timed({k: (lambda s=s, f=feeds[k]: s.run(None, f)) for k, s in sessions.items()}, args)
     rows = []
     for k, s in sessions.items():
         got = s.run(None, feeds[k])[0]
@@ -203,8 +211,7 @@ def bench_yolov3(args, work):
     sessions = {k: ort.InferenceSession(p, opts, providers=["CPUExecutionProvider"]) for k, p in
                 ((base, f32), ("int8 static", q))}
     one = {name: images[:1]}
-    medians, rounds = alternating_medians({k: (lambda s=s: s.run(None, one)) for k, s in sessions.items()},
-                                          args.repeat)
+    medians, rounds = _timed({k: (lambda s=s: s.run(None, one)) for k, s in sessions.items()}, args)
     outs = {k: s.run(None, {name: images}) for k, s in sessions.items()}
     rows = []
     for k in sessions:
@@ -226,6 +233,8 @@ def main(argv=None) -> int:
     p.add_argument("--bert-layers", type=int, default=4)
     p.add_argument("--yolo-width", type=float, default=0.5)
     p.add_argument("--yolo-size", type=int, default=416)
+    p.add_argument("--busy", action="store_true",
+                   help="time with one core busy (another process spinning), as a shared machine runs")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     only = chosen(p, args.only, CASES)
@@ -239,11 +248,12 @@ def main(argv=None) -> int:
                 r["rounds"] = rounds
             rows += got
     if args.json:
-        print(json.dumps({"machine": machine_line(), "load": os.getloadavg()[0], "rows": rows}, indent=1))
+        print(json.dumps({"machine": machine_line(), "load": os.getloadavg()[0], "one_core_busy": args.busy,
+                          "rows": rows}, indent=1))
         return 0
     keys = list(dict.fromkeys(k for r in rows for k in r))
     fmt = lambda v: f"{v:.4g}" if isinstance(v, float) else str(v)
-    print(machine_line() + f"; load {os.getloadavg()[0]:.1f}")
+    print(machine_line() + f"; load {os.getloadavg()[0]:.1f}" + ("; one core busy while timing" if args.busy else ""))
     print(render(keys, [[fmt(r.get(k, "")) for k in keys] for r in rows]))
     return 0
 
