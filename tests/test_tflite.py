@@ -210,21 +210,42 @@ def test_model_custom_keeps_exactly_the_fused_ops(request, tmp_path, name):
         assert c.passed and rule_excess(got[c.output], ref[c.output], FLOAT32, FLOAT32) <= 1, c
 
 
-def test_fastest_mode_lowers_the_pointwise_convs_and_keeps_the_rest_custom(yolo, tmp_path):
-    """--mode fastest: each YoloConvBnLeaky with a 1x1 filter becomes builtins (XNNPack's
-    GEMM is faster there, bench.py's litert_prefers_builtins), every other fused op stays
-    custom; the file runs on bridge's LiteRT kernels within float32 of the unfused model."""
+def _conv_rule():
+    from bridge import ops
+    return ops.part(ops.get("YoloConvBnLeaky"), "bench").litert_prefers_builtins
+
+
+def test_the_litert_conv_rule_follows_the_cpu():
+    """bench.py's rule: pointwise convolutions to builtins everywhere; without AVX-512
+    every one with 8 or more input channels too; the 3-channel first layer stays custom."""
+    from bridge import cpu_flags
+    rule = _conv_rule()
+    avx512, avx2 = frozenset({"avx2", *cpu_flags.AVX512_CORE}), frozenset({"avx2", "fma"})
+    x = (1, 52, 52, 256)
+    for filt, on_avx512, on_avx2 in [((1, 1, 256, 128), True, True), ((3, 3, 256, 512), False, True),
+                                     ((3, 3, 3, 32), False, False), ((3, 3, 8, 16), False, True)]:
+        assert rule([x, filt], {}, avx512) == on_avx512 and rule([x, filt], {}, avx2) == on_avx2, filt
+    assert rule([x], {}, avx2) is False
+    assert _conv_rule().__globals__["AVX512_CORE"] == cpu_flags.AVX512_CORE
+
+
+def test_fastest_mode_lowers_the_convs_bench_names_and_keeps_the_rest_custom(yolo, tmp_path):
+    """--mode fastest: each YoloConvBnLeaky bench.py's litert_prefers_builtins names for
+    this CPU becomes builtins (XNNPack is faster there: pointwise ones, and on a CPU
+    without AVX-512 all but the first), every other fused op stays custom; the file runs
+    on bridge's LiteRT kernels within float32 of the unfused model."""
+    from bridge import cpu_flags
     from bridge.converters import fuse
     fused, _ = fuse(yolo.model)
-    convs = [tuple(layer.kernel.shape[:2]) for layer in fused.layers if isinstance(layer, FusedConvBnLeaky)]
-    pointwise = sum(k == (1, 1) for k in convs)
-    assert 0 < pointwise < len(convs), convs  # the check below could not tell the modes apart otherwise
+    convs = [tuple(layer.kernel.shape) for layer in fused.layers if isinstance(layer, FusedConvBnLeaky)]
+    lowered = sum(bool(_conv_rule()([None, k], {}, cpu_flags.cpu_features())) for k in convs)
+    assert 0 < lowered < len(convs), convs  # the check below could not tell the modes apart otherwise
     result = verify.export(ex, yolo, str(tmp_path / "f.tflite"), mode="fastest")
     info = inspect_tflite(result.output)
     kept = Counter(op for op, _ in _expected_custom(yolo))
-    kept["YoloConvBnLeaky"] -= pointwise
+    kept["YoloConvBnLeaky"] -= lowered
     assert info.custom_codes == +kept, (dict(info.custom_codes), convs)
-    assert info.ops["LEAKY_RELU"] == pointwise and info.ops["CONV_2D"] >= pointwise, dict(info.ops)
+    assert info.ops["LEAKY_RELU"] == lowered and info.ops["CONV_2D"] >= lowered, dict(info.ops)
     assert not result.not_verified and all(c.passed for c in result.checks), result.checks
     from bridge.litert import runtime
     feeds = yolo.sample_inputs(seed=1)

@@ -15,13 +15,26 @@ FASTEST_WITHOUT_ONEDNN = "function"
 FASTEST_WITHOUT_AVX512 = "function"
 
 
-def litert_prefers_builtins(input_shapes, attrs) -> bool:
-    """The TFLite export's `fastest` mode (converters/export_tflite.py): a pointwise
-    convolution goes to builtins. There XNNPack's f32 GEMM beats oneDNN's brgconv_1x1
-    (custom vs XNNPack 0.87-0.96x on AMD Zen 5 and Intel Sapphire Rapids), while 3x3
-    layers run 1.5-1.75x faster custom (benchmarks/RESULTS.md, issue 28)."""
+def litert_prefers_builtins(input_shapes, attrs, cpu=frozenset()) -> bool:
+    """The TFLite export's `fastest` mode (converters/export_tflite.py): whether this
+    convolution goes to builtins, on a CPU with the features `cpu` (/proc/cpuinfo's
+    names, bridge.cpu_flags.cpu_features). With AVX-512 only a pointwise one: there
+    XNNPack's f32 GEMM beats oneDNN's brgconv_1x1 (custom vs XNNPack 0.87-0.96x on AMD
+    Zen 5 and Intel Sapphire Rapids), while 3x3 layers run 1.5-1.75x faster custom.
+    Without it (AVX2: oneDNN's AVX2 kernels) every layer of YOLOv3-416 but the first
+    runs at 0.65-1.02x XNNPack's speed on AMD Zen 3, weighted 0.90x; the first, 3 input
+    channels, runs 2.56x faster custom (benchmarks/RESULTS.md, issue 28)."""
     filt = input_shapes[1] if len(input_shapes) > 1 else None
-    return filt is not None and len(filt) == 4 and tuple(filt[:2]) == (1, 1)
+    if filt is None or len(filt) != 4:
+        return False
+    if tuple(filt[:2]) == (1, 1):
+        return True
+    return not AVX512_CORE <= set(cpu) and filt[2] is not None and filt[2] >= 8
+
+
+# the CPU features oneDNN's fastest f32 convolutions need (bridge.cpu_flags.AVX512_CORE: one
+# list, checked equal by tests/test_tflite.py; this file imports nothing from the package)
+AVX512_CORE = frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq"})
 
 
 # benchmarks/onnx_ops.py's extra native roads: oneDNN on its own OpenMP team (the
