@@ -111,11 +111,39 @@ def test_dynamic_int8_keeps_the_fused_ops_on_bridges_kernels(encoder, tmp_path, 
     assert any(n.op_type == "MatMulInteger" for n in nodes)
 
 
+def test_dynamic_int8_judges_its_agreement_on_the_calibration_inputs(encoder, tmp_path, capsys, monkeypatch):
+    """--quantize dynamic --calibration: the agreement pass runs on the given inputs,
+    one sample at a time, not on inputs made from the graph."""
+    real, seen = quantize_onnx.dynamic, []
+
+    def spy(model, weights=None, feeds=None, **kw):
+        seen.append(feeds)
+        return real(model, weights, feeds=feeds, **kw)
+    monkeypatch.setattr(quantize_onnx, "dynamic", spy)
+    rng = np.random.default_rng(11)
+    given = rng.standard_normal((3, T, H)).astype(np.float32) * 2
+    np.savez(tmp_path / "given.npz", tokens=given)
+    out = tmp_path / "enc-int8-given.onnx"
+    rc, result, err = _export(capsys, encoder, "--to", "onnx", "--quantize", "dynamic", "--task", "embed",
+                              "--calibration", str(tmp_path / "given.npz"), "-o", str(out))
+    assert rc == 0, err[-3000:]
+    (feeds,) = seen
+    assert len(feeds) == 3 and all(np.array_equal(f["tokens"], given[i:i + 1]) for i, f in enumerate(feeds))
+    assert result["details"]["agreement_inputs"] == "3 sample(s) of --calibration", result["details"]
+    assert all(isinstance(n, str) for n in result["details"]["kept_float32"])
+    assert any(n.op_type == "MatMulInteger" for n in onnx.load(str(out)).graph.node)
+    seen.clear()
+    rc, result, err = _export(capsys, encoder, "--to", "onnx", "--quantize", "dynamic", "--task", "embed",
+                              "-o", str(tmp_path / "enc-int8-graph.onnx"))
+    assert rc == 0 and seen == [None], err[-3000:]
+    assert result["details"]["agreement_inputs"] == "inputs made from the graph", result["details"]
+
+
 def test_a_scrambled_int8_weight_fails_and_writes_nothing(encoder, tmp_path, capsys, monkeypatch):
     real = quantize_onnx.dynamic
 
-    def planted(model, weights=None):  # one quantized weight's rows reversed: a real quantizer bug's effect
-        q = real(model, weights)
+    def planted(model, weights=None, **kw):  # one quantized weight's rows reversed: a real quantizer bug's effect
+        q = real(model, weights, **kw)
         w = next(t for t in q.graph.initializer if t.data_type in (onnx.TensorProto.INT8, onnx.TensorProto.UINT8)
                  and len(t.dims) == 2)
         a = onnx.numpy_helper.to_array(w)
@@ -155,7 +183,7 @@ def test_static_int8_is_qdq_per_channel_and_verified_on_the_calibration(convnet,
 @pytest.mark.parametrize("argv, words", [
     (["--quantize", "static", "--task", "embed"], "needs --calibration"),
     (["--quantize", "dynamic"], "needs --task"),
-    (["--quantize", "dynamic", "--task", "embed", "--calibration", "x.npz"], "applies to --quantize static"),
+    (["--quantize", "dynamic", "--task", "embed", "--calibration", "missing.npz"], "--calibration: no such file"),
     (["--task", "embed"], "applies to --quantize dynamic|static"),
     (["--quantize", "static", "--task", "embed", "--calibration", "missing.npz"], "--calibration: no such file"),
     (["--quantize", "float16"], "--to onnx takes none, dynamic, static"),

@@ -210,7 +210,7 @@ class Verifier:
         return rt.run(self.feeds())
 
     def use_inputs(self, arrays: Mapping[str, np.ndarray]) -> None:
-        """Verify on `arrays` (a static int8 export's calibration inputs) instead of the sample."""
+        """Verify on `arrays` (an int8 export's --calibration inputs) instead of the sample."""
         self._memo = {"feeds": dict(arrays)}
 
     def onnx(self, path: str, mode: str, quantize: str = "none", task: Optional[str] = None,
@@ -280,7 +280,7 @@ def export(exporter, source, output: str, *, seed: int = 0, atol: Optional[float
            **options):
     """`exporter.export` (a bridge.converters.export_<to> module) with this verifier, as `bridge export` runs it."""
     verifier = Verifier(source, seed=seed, atol=atol) if verify else None
-    if options.get("quantize") == "static" and isinstance(options.get("calibration"), (str, os.PathLike)):
+    if options.get("quantize") in ("static", "dynamic") and isinstance(options.get("calibration"), (str, os.PathLike)):
         options["calibration"] = calibration_inputs(source, options["calibration"])
     return exporter.export(source, output, seed=seed, atol=atol, verify=verifier, **options)
 
