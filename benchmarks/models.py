@@ -90,7 +90,7 @@ def run_case(case, repeat, width, bert_layers, budget_s, busy=False):
     for fn in contenders.values():  # trace and warm up before another process takes a core
         fn()
     with one_core_busy() if busy else contextlib.nullcontext():
-        times, rounds = alternating_medians(contenders, repeat, budget_s=budget_s)
+        times, rounds = alternating_medians(contenders, repeat, warmup=0, budget_s=budget_s)
     rows = []
     for mode in ("eager", "function", "frozen"):
         ours = times[("fused", "eager" if mode == "eager" else "function")]

@@ -46,7 +46,6 @@ DROPPABLE: Tuple[Tuple[str, str, str], ...] = (
     ("__AVXVNNI__", "-mno-avxvnni", "AVX-VNNI"),
 )
 
-# x86-64 micro-architecture levels below native: (flag, a macro the level implies).
 # The cores oneDNN's f32 brgemm needs (avx512_core), as /proc/cpuinfo names them: the batched
 # GEMMs of YoloConvBnLeaky's Winograd road; without them its convolutions are oneDNN's AVX2 ones
 AVX512_CORE = frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq"})
@@ -76,6 +75,7 @@ def has_vnni() -> bool:
     return bool(VNNI & cpu_features())
 
 
+# x86-64 micro-architecture levels below native: (flag, a macro the level implies).
 X86_LEVELS: Tuple[Tuple[str, str], ...] = (
     ("-march=x86-64-v4", "__AVX512F__"),
     ("-march=x86-64-v3", "__AVX2__"),

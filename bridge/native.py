@@ -129,7 +129,7 @@ def cpu_name() -> str:
         key, _, value = line.partition(":")
         fields.setdefault(key.strip(), value.strip())
     name = fields.get("model name") or fields.get("Model") or fields.get("Hardware") or platform.machine()
-    flags = set(fields.get("flags", "").split())
+    flags = cpu_flags.cpu_features()
     isa = [label for label, any_of in (("AVX2", {"avx2"}), ("AVX-512", {"avx512f"}),
                                        ("VNNI", {"avx512_vnni", "avx_vnni"}), ("BF16", {"avx512_bf16"}),
                                        ("FP16", {"avx512_fp16"}), ("AMX", {"amx_tile"})) if flags & any_of]

@@ -12,7 +12,7 @@ Modes:
   custom_code, version and attribute keys, what an application registers.
 - `fastest`: as `custom`, but each fused op call that XNNPack's builtins run faster
   than bridge's LiteRT kernel is lowered (the op folder's bench.py says which:
-  `litert_prefers_builtins(input_shapes, attrs, cpu)` on this CPU's features; pointwise YoloConvBnLeaky,
+  `litert_prefers_builtins(input_shapes, attrs, avx512)` for this CPU; pointwise YoloConvBnLeaky,
   and on a CPU without AVX-512 every one with 8 or more input channels).
 
 Quantisation (post-training, no calibration data): `float16` stores the weights as
@@ -141,7 +141,7 @@ def litert_lowers(spec, input_shapes, attrs) -> bool:
     rather than bridge's LiteRT kernel on this CPU, as the op's bench.py measured."""
     from bridge import cpu_flags
     rule = getattr(specs.part(spec, "bench"), "litert_prefers_builtins", None)
-    return rule is not None and bool(rule(input_shapes, attrs, cpu_flags.cpu_features()))
+    return rule is not None and bool(rule(input_shapes, attrs, cpu_flags.has_avx512_core()))
 
 
 def _lowering_rule(mode: str):

@@ -15,10 +15,10 @@ FASTEST_WITHOUT_ONEDNN = "function"
 FASTEST_WITHOUT_AVX512 = "function"
 
 
-def litert_prefers_builtins(input_shapes, attrs, cpu=frozenset()) -> bool:
+def litert_prefers_builtins(input_shapes, attrs, avx512=True) -> bool:
     """The TFLite export's `fastest` mode (converters/export_tflite.py): whether this
-    convolution goes to builtins, on a CPU with the features `cpu` (/proc/cpuinfo's
-    names, bridge.cpu_flags.cpu_features). With AVX-512 only a pointwise one: there
+    convolution goes to builtins, on a CPU with AVX-512 or without it (`avx512`:
+    bridge.cpu_flags.has_avx512_core). With AVX-512 only a pointwise one: there
     XNNPack's f32 GEMM beats oneDNN's brgconv_1x1 (custom vs XNNPack 0.87-0.96x on AMD
     Zen 5 and Intel Sapphire Rapids), while 3x3 layers run 1.5-1.75x faster custom.
     Without it (AVX2: oneDNN's AVX2 kernels) every layer of YOLOv3-416 but the first
@@ -29,12 +29,7 @@ def litert_prefers_builtins(input_shapes, attrs, cpu=frozenset()) -> bool:
         return False
     if tuple(filt[:2]) == (1, 1):
         return True
-    return not AVX512_CORE <= set(cpu) and filt[2] is not None and filt[2] >= 8
-
-
-# the CPU features oneDNN's fastest f32 convolutions need (bridge.cpu_flags.AVX512_CORE: one
-# list, checked equal by tests/test_tflite.py; this file imports nothing from the package)
-AVX512_CORE = frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq"})
+    return not avx512 and filt[2] is not None and filt[2] >= 8
 
 
 # benchmarks/onnx_ops.py's extra native roads: oneDNN on its own OpenMP team (the
